@@ -1,8 +1,8 @@
 """Hafner's replay-ratio scheduler. `--replay-ratio` is global gradient steps per policy step (one action in one env). With
 `num_envs` envs per process and `world_size` processes, every rank calls `ratio(policy_step / world_size)`, `policy_step`
 counting all envs of all ranks, and does that many gradient steps, each on its own batch: replay_ratio per policy step in all.
-Hafner's `train_ratio` (replayed steps per policy step) = replay_ratio * world_size * batch_size * batch_length, e.g.
-0.5 * 1 * 16 * 64 = 512. Training starts after `learning_starts` policy steps; the Ratio is then fed the steps since then.
+Hafner's `train_ratio` (replayed steps per policy step) = replay_ratio * batch_size * batch_length (0.5 * 16 * 64 = 512),
+whatever the world size. Training starts after `learning_starts` policy steps; the Ratio is then fed the steps since then.
 
 Why one ratio replaces `train_every`/`gradient_steps` pairs: for a replay ratio of 0.5 a user had to work out, per world size,
   4 envs: each loop iteration adds 4 policy steps, 4 * 0.5 = 2 -> gradient_steps=2 every iteration;
@@ -75,5 +75,5 @@ if __name__ == "__main__":
         if args.verbose and repeats > 0:
             print(f"global iteration {policy_step}: {repeats} repeats")
     print(f"Replay ratio {args.replay_ratio}")
-    print(f"Hafner train ratio {args.replay_ratio * args.world_size * args.batch_size * args.batch_length}")
+    print(f"Hafner train ratio {args.replay_ratio * args.batch_size * args.batch_length}")
     print(f"Final ratio {gradient_steps / args.total_policy_steps}")

@@ -1,6 +1,7 @@
 # docs and experiment results can be found at docs/dreamer-v3.md#dreamer_v3_ataripy
 import copy
 import ctypes
+import datetime
 import difflib
 import os
 import random
@@ -878,7 +879,8 @@ if __name__ == "__main__":
         print("warning: --cuda is set but CUDA is not available; running on the CPU", file=sys.stderr)
     device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() and args.cuda else "cpu")
     if args.world_size > 1:
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        # a long timeout: the other ranks wait while rank 0 evaluates
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=datetime.timedelta(hours=3))
         if device.type == "cuda":
             torch.cuda.set_device(device)
     checkpoint = load_checkpoint(args.resume, device) if args.resume else None
@@ -896,9 +898,16 @@ if __name__ == "__main__":
         rank_path = args.resume if args.rank == 0 else args.resume.replace(".pt", f".rank{args.rank}.pt")
         rank_checkpoint = checkpoint if args.rank == 0 else load_checkpoint(rank_path, device)
     set_malloc_for_speed()
-    run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    run_name = run_name.replace("/", "_") if not checkpoint else run_name
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}".replace("/", "_")
+    if checkpoint is not None:
+        run_name = checkpoint["run_name"]
+    elif args.world_size > 1:  # every rank writes into rank 0's run directory
+        names = [run_name]
+        dist.broadcast_object_list(names, 0)
+        run_name = names[0]
     run_dir = f"runs/{run_name}"
+    if checkpoint is None and args.rank == 0 and os.path.exists(run_dir):
+        fail(f"{run_dir} already exists; pick another --exp-name or --seed (or --resume its checkpoint)")
     if args.rank == 0:
         if args.track:
             import wandb
@@ -1124,7 +1133,7 @@ if __name__ == "__main__":
                 bad = (
                     None
                     if torch.isfinite(wm_loss + model_grad_norm)
-                    else next((k for k, v in losses.items() if not torch.isfinite(v)), "model gradient norm")
+                    else next((f"{k} loss" for k, v in losses.items() if not torch.isfinite(v)), "world model gradient")
                 )
                 if bad is None:
                     model_opt.step()
@@ -1140,12 +1149,12 @@ if __name__ == "__main__":
                     actor_grad_norm = backward_and_clip(actor_loss, list(actor.parameters()), args.ac_grad_clip)
                     critic_grad_norm = backward_and_clip(critic_loss, list(critic.parameters()), args.ac_grad_clip)
                     if not torch.isfinite(actor_loss + critic_loss + actor_grad_norm + critic_grad_norm):
-                        bad = "actor" if not torch.isfinite(actor_loss + actor_grad_norm) else "critic"
+                        bad = "actor loss" if not torch.isfinite(actor_loss + actor_grad_norm) else "critic loss"
                 if bad is not None:  # nothing was stepped with the bad values: the checkpoint is from before the blow-up
                     if args.rank == 0:
                         write_checkpoint()
                     fail(
-                        f"the {bad} loss became non-finite at gradient step {gradient_steps} (policy step {global_step}); "
+                        f"the {bad} became non-finite at gradient step {gradient_steps} (policy step {global_step}); "
                         f"the last good state is in {checkpoint_path}; lower the learning rates"
                         + (" or use --precision 32" if args.precision == "bf16" else "")
                     )

@@ -1,6 +1,7 @@
 # docs and experiment results can be found at docs/dreamer-v2.md#dreamer_v2_ataripy
 import copy
 import ctypes
+import datetime
 import difflib
 import math
 import os
@@ -158,8 +159,19 @@ class Args:
 
 
 # flags that fix the shapes of the networks: a checkpoint can only be resumed with the same values
-ARCHITECTURE_FLAGS = ("env_id", "deter_size", "hidden_size", "cnn_depth", "mlp_units", "mlp_layers", "stoch_size",
-                      "classes", "grayscale", "batch_size", "num_envs")
+ARCHITECTURE_FLAGS = (
+    "env_id",
+    "deter_size",
+    "hidden_size",
+    "cnn_depth",
+    "mlp_units",
+    "mlp_layers",
+    "stoch_size",
+    "classes",
+    "grayscale",
+    "batch_size",
+    "num_envs",
+)
 
 
 def fail(message: str):
@@ -177,9 +189,14 @@ def make_env(env_id, seed, idx, capture_video, run_name, action_repeat=4, graysc
         if is_atari(env_id):  # episodes end after 108,000 frames (27,000 policy steps): ale-py's default for these ids
             env = gym.make(env_id, frameskip=1, repeat_action_probability=sticky, render_mode=render_mode)
             env = gym.wrappers.AtariPreprocessing(
-                env, noop_max=noop_max, frame_skip=action_repeat, screen_size=64,
-                terminal_on_life_loss=False, grayscale_obs=grayscale, grayscale_newaxis=True,
-            )  # fmt: skip
+                env,
+                noop_max=noop_max,
+                frame_skip=action_repeat,
+                screen_size=64,
+                terminal_on_life_loss=False,
+                grayscale_obs=grayscale,
+                grayscale_newaxis=True,
+            )
         else:  # any env with image observations, e.g. the small pixel games of the tests
             env = gym.make(env_id, render_mode=render_mode)
             if env.observation_space.shape[:2] != (64, 64):
@@ -216,8 +233,10 @@ def check_env(env_id: str):
     if not (isinstance(obs_space, gym.spaces.Box) and obs_space.dtype == np.uint8 and len(obs_space.shape) == 3):
         fail(f"--env-id {env_id} has observations {obs_space}; this script needs uint8 image observations")
     if not isinstance(act_space, gym.spaces.Discrete):
-        fail(f"--env-id {env_id} has a {type(act_space).__name__} action space; this Atari script needs discrete "
-             "actions (use dreamer_v2_dmc.py for continuous control)")  # fmt: skip
+        fail(
+            f"--env-id {env_id} has a {type(act_space).__name__} action space; this Atari script needs discrete "
+            "actions (use dreamer_v2_dmc.py for continuous control)"
+        )
 
 
 def check_args(args: Args):
@@ -227,11 +246,28 @@ def check_args(args: Args):
     except ValueError as e:
         fail(f"--replay-ratio: {e}")
     if args.replay_ratio > 64:
-        fail(f"--replay-ratio {args.replay_ratio} means {args.replay_ratio:g} gradient steps per policy step; values above "
-             "64 are almost surely a mix-up with Hafner's train ratio (divide it by batch size x batch length)")  # fmt: skip
-    positive = ("total_timesteps", "num_envs", "buffer_size", "batch_size", "batch_length", "imagination_horizon",
-                "action_repeat", "deter_size", "hidden_size", "cnn_depth", "mlp_units", "stoch_size", "classes",
-                "target_update_every", "eval_episodes", "log_every")  # fmt: skip
+        fail(
+            f"--replay-ratio {args.replay_ratio} means {args.replay_ratio:g} gradient steps per policy step; values above "
+            "64 are almost surely a mix-up with Hafner's train ratio (divide it by batch size x batch length)"
+        )
+    positive = (
+        "total_timesteps",
+        "num_envs",
+        "buffer_size",
+        "batch_size",
+        "batch_length",
+        "imagination_horizon",
+        "action_repeat",
+        "deter_size",
+        "hidden_size",
+        "cnn_depth",
+        "mlp_units",
+        "stoch_size",
+        "classes",
+        "target_update_every",
+        "eval_episodes",
+        "log_every",
+    )
     for key in positive:
         if getattr(args, key) <= 0:
             fail(f"--{key.replace('_', '-')} must be positive, got {getattr(args, key)}")
@@ -244,12 +280,16 @@ def check_args(args: Args):
         fail(f"--imagination-horizon must be at least 2 (the actor learns from steps 0..H-2), got {args.imagination_horizon}")
     capacity = min(args.buffer_size, args.total_timesteps) // args.num_envs
     if args.batch_length > capacity:
-        fail(f"--batch-length {args.batch_length} is longer than the replay holds per env ({capacity} steps = "
-             "min(--buffer-size, --total-timesteps) / --num-envs): lower --batch-length or raise --buffer-size")  # fmt: skip
+        fail(
+            f"--batch-length {args.batch_length} is longer than the replay holds per env ({capacity} steps = "
+            "min(--buffer-size, --total-timesteps) / --num-envs): lower --batch-length or raise --buffer-size"
+        )
     if args.learning_starts < args.batch_length * args.num_envs * args.world_size:
-        fail(f"--learning-starts {args.learning_starts} is shorter than one sequence per env (--batch-length "
-             f"{args.batch_length} x {args.num_envs * args.world_size} envs = "
-             f"{args.batch_length * args.num_envs * args.world_size} policy steps): raise it")  # fmt: skip
+        fail(
+            f"--learning-starts {args.learning_starts} is shorter than one sequence per env (--batch-length "
+            f"{args.batch_length} x {args.num_envs * args.world_size} envs = "
+            f"{args.batch_length * args.num_envs * args.world_size} policy steps): raise it"
+        )
     if args.classes < 2:
         fail(f"--classes must be at least 2, got {args.classes}")
 
@@ -270,7 +310,7 @@ def sample_onehot(logits: torch.Tensor) -> torch.Tensor:
     """One-hot sample with straight-through gradients: forward is the sample, backward flows through the probs."""
     probs = F.softmax(logits, -1)
     index = (logits - torch.log(-torch.log(torch.rand_like(logits).clamp(1e-20, 1.0)))).argmax(-1)  # Gumbel-max
-    sample = F.one_hot(index, logits.shape[-1]).to(probs.dtype)
+    sample = torch.zeros_like(probs).scatter_(-1, index[..., None], 1.0)
     return sample + probs - probs.detach()
 
 
@@ -365,15 +405,21 @@ class SequenceReplay:
         self.row_next[fresh] = self.rng.integers(oldest, last_start + 1, fresh.sum())
         slots = (self.row_next[None] + np.arange(T)[:, None]) % self.capacity  # [T, B]
         envs = self.row_env[None].repeat(T, 0)  # [T, B]
-        batch = dict(obs=self.obs[slots, envs], action=self.action[slots, envs], reward=self.reward[slots, envs],
-                     is_first=self.is_first[slots, envs], is_terminal=self.is_terminal[slots, envs])  # fmt: skip
+        batch = dict(
+            obs=self.obs[slots, envs],
+            action=self.action[slots, envs],
+            reward=self.reward[slots, envs],
+            is_first=self.is_first[slots, envs],
+            is_terminal=self.is_terminal[slots, envs],
+        )
         batch["is_first"][0, fresh] = True  # a fresh row starts from the initial state, whatever the carry holds
         self.row_next += T
         return batch
 
     def state_dict(self, with_data: bool) -> dict:
-        state = dict(added=self.added, row_env=self.row_env.copy(), row_next=self.row_next.copy(),
-                     rng=self.rng.bit_generator.state)  # fmt: skip
+        state = dict(
+            added=self.added, row_env=self.row_env.copy(), row_next=self.row_next.copy(), rng=self.rng.bit_generator.state
+        )
         if with_data:
             n = min(self.added, self.capacity)
             for key in ("obs", "action", "reward", "is_first", "is_terminal"):
@@ -501,8 +547,11 @@ class RSSM(nn.Module):
 
     def initial(self, batch_size: int) -> dict:
         zeros = lambda *shape: self.img_logits.weight.new_zeros(batch_size, *shape)  # noqa: E731
-        return dict(deter=zeros(self.deter_size), stoch=zeros(self.stoch_size, self.classes),
-                    logits=zeros(self.stoch_size, self.classes))  # fmt: skip
+        return dict(
+            deter=zeros(self.deter_size),
+            stoch=zeros(self.stoch_size, self.classes),
+            logits=zeros(self.stoch_size, self.classes),
+        )
 
     def get_feat(self, state: dict) -> torch.Tensor:
         return torch.cat([state["deter"], state["stoch"].flatten(-2)], -1)  # [..., deter + stoch * classes]
@@ -551,8 +600,9 @@ class WorldModel(nn.Module):
         super().__init__()
         channels = obs_shape[0]
         self.encoder = Encoder(channels, args.cnn_depth)
-        self.rssm = RSSM(action_size, self.encoder.embed_size, args.deter_size, args.stoch_size, args.classes,
-                         args.hidden_size)  # fmt: skip
+        self.rssm = RSSM(
+            action_size, self.encoder.embed_size, args.deter_size, args.stoch_size, args.classes, args.hidden_size
+        )
         feat_size = args.deter_size + args.stoch_size * args.classes
         self.decoder = Decoder(feat_size, channels, args.cnn_depth)
         self.reward = MLP(feat_size, 1, args.mlp_units, args.mlp_layers)
@@ -602,9 +652,10 @@ def world_model_loss(wm: WorldModel, batch: dict, carry: tuple, scales: dict, ar
         "image": gaussian_nll(recon, batch["obs"].float() / 255.0, event_dims=3),
         "reward": gaussian_nll(wm.reward(feat).squeeze(-1), transform_reward(batch["reward"], args.reward_transform)),
         "discount": F.binary_cross_entropy_with_logits(
-            wm.discount(feat).squeeze(-1).float(), args.gamma * (1.0 - batch["is_terminal"].float()), reduction="none"),
+            wm.discount(feat).squeeze(-1).float(), args.gamma * (1.0 - batch["is_terminal"].float()), reduction="none"
+        ),
         "kl": kl,
-    }  # fmt: skip
+    }
     assert losses.keys() == scales.keys(), (losses.keys(), scales.keys())
     loss = sum(scales[k] * v.mean() for k, v in losses.items())
     new_carry = ({k: v[-1].detach() for k, v in post.items()}, batch["action"][-1])
@@ -662,8 +713,13 @@ def actor_critic_loss(wm, actor, critic, target_critic, feats, actions, first_di
     actor_loss = (-(log_pi * advantage + args.actor_entropy * entropy) * weight[:-1]).mean()
     value = critic(feats[:-1])  # [H, N]
     critic_loss = (gaussian_nll(value, returns) * weight).mean()
-    metrics = dict(actor_entropy=entropy.mean(), imagined_return=returns.mean(), imagined_reward=reward.mean(),
-                   value=value.detach().mean(), target_value=target_value.mean())  # fmt: skip
+    metrics = dict(
+        actor_entropy=entropy.mean(),
+        imagined_return=returns.mean(),
+        imagined_reward=reward.mean(),
+        value=value.detach().mean(),
+        target_value=target_value.mean(),
+    )
     return actor_loss, critic_loss, metrics
 
 
@@ -772,7 +828,8 @@ if __name__ == "__main__":
         print("warning: --cuda is set but CUDA is not available; running on the CPU", file=sys.stderr)
     device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() and args.cuda else "cpu")
     if args.world_size > 1:
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        # a long timeout: the other ranks wait while rank 0 evaluates
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=datetime.timedelta(hours=3))
         if device.type == "cuda":
             torch.cuda.set_device(device)
     checkpoint = load_checkpoint(args.resume, device) if args.resume else None
@@ -780,24 +837,41 @@ if __name__ == "__main__":
     if checkpoint is not None:
         mismatch = [k for k in ARCHITECTURE_FLAGS if checkpoint["args"][k] != getattr(args, k)]
         if mismatch:
-            fail(f"--resume {args.resume}: the checkpoint was trained with "
-                 + ", ".join(f"--{k.replace('_', '-')} {checkpoint['args'][k]}" for k in mismatch)
-                 + f" (this run has {', '.join(str(getattr(args, k)) for k in mismatch)}); pass the same values")  # fmt: skip
+            fail(
+                f"--resume {args.resume}: the checkpoint was trained with "
+                + ", ".join(f"--{k.replace('_', '-')} {checkpoint['args'][k]}" for k in mismatch)
+                + f" (this run has {', '.join(str(getattr(args, k)) for k in mismatch)}); pass the same values"
+            )
         if checkpoint["world_size"] != args.world_size:
             fail(f"--resume {args.resume}: the run used {checkpoint['world_size']} processes; resume with the same number")
         rank_path = args.resume if args.rank == 0 else args.resume.replace(".pt", f".rank{args.rank}.pt")
         rank_checkpoint = checkpoint if args.rank == 0 else load_checkpoint(rank_path, device)
     set_malloc_for_speed()
-    run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    run_name = run_name.replace("/", "_") if not checkpoint else run_name
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}".replace("/", "_")
+    if checkpoint is not None:
+        run_name = checkpoint["run_name"]
+    elif args.world_size > 1:  # every rank writes into rank 0's run directory
+        names = [run_name]
+        dist.broadcast_object_list(names, 0)
+        run_name = names[0]
     run_dir = f"runs/{run_name}"
+    if checkpoint is None and args.rank == 0 and os.path.exists(run_dir):
+        fail(f"{run_dir} already exists; pick another --exp-name or --seed (or --resume its checkpoint)")
     if args.rank == 0:
         if args.track:
             import wandb
 
-            wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
-                       config=vars(args), name=run_name, monitor_gym=True, save_code=True,
-                       id=checkpoint.get("wandb_id") if checkpoint else None, resume="allow")  # fmt: skip
+            wandb.init(
+                project=args.wandb_project_name,
+                entity=args.wandb_entity,
+                sync_tensorboard=True,
+                config=vars(args),
+                name=run_name,
+                monitor_gym=True,
+                save_code=True,
+                id=checkpoint.get("wandb_id") if checkpoint else None,
+                resume="allow",
+            )
         writer = SummaryWriter(run_dir)
         writer.add_text(
             "hyperparameters",
@@ -813,12 +887,15 @@ if __name__ == "__main__":
     torch.backends.cudnn.deterministic = args.torch_deterministic
 
     # env setup
-    env_kwargs = dict(action_repeat=args.action_repeat, grayscale=args.grayscale, sticky=args.sticky_actions,
-                      noop_max=args.noop_max)  # fmt: skip
+    env_kwargs = dict(
+        action_repeat=args.action_repeat, grayscale=args.grayscale, sticky=args.sticky_actions, noop_max=args.noop_max
+    )
     first_env = args.rank * args.num_envs
     envs = gym.vector.SyncVectorEnv(
-        [make_env(args.env_id, args.seed + first_env + i, first_env + i, args.capture_video, run_name, **env_kwargs)
-         for i in range(args.num_envs)]  # fmt: skip
+        [
+            make_env(args.env_id, args.seed + first_env + i, first_env + i, args.capture_video, run_name, **env_kwargs)
+            for i in range(args.num_envs)
+        ]
     )
     assert isinstance(envs.single_action_space, gym.spaces.Discrete), "only discrete action space is supported"
     action_size = int(envs.single_action_space.n)
@@ -838,12 +915,15 @@ if __name__ == "__main__":
                 dist.broadcast(tensor.data, 0)
     torch.manual_seed(args.seed + args.rank)  # from here on each rank draws its own noise (actions, latents)
     # the paper's code shrinks every variable by (1 - weight_decay) before each Adam step: AdamW with decay weight_decay / lr
-    model_opt = torch.optim.AdamW(wm.parameters(), lr=args.model_lr, eps=args.model_eps,
-                                  weight_decay=args.weight_decay / args.model_lr)  # fmt: skip
-    actor_opt = torch.optim.AdamW(actor.parameters(), lr=args.actor_lr, eps=args.ac_eps,
-                                  weight_decay=args.weight_decay / args.actor_lr)  # fmt: skip
-    critic_opt = torch.optim.AdamW(critic.parameters(), lr=args.critic_lr, eps=args.ac_eps,
-                                   weight_decay=args.weight_decay / args.critic_lr)  # fmt: skip
+    model_opt = torch.optim.AdamW(
+        wm.parameters(), lr=args.model_lr, eps=args.model_eps, weight_decay=args.weight_decay / args.model_lr
+    )
+    actor_opt = torch.optim.AdamW(
+        actor.parameters(), lr=args.actor_lr, eps=args.ac_eps, weight_decay=args.weight_decay / args.actor_lr
+    )
+    critic_opt = torch.optim.AdamW(
+        critic.parameters(), lr=args.critic_lr, eps=args.ac_eps, weight_decay=args.weight_decay / args.critic_lr
+    )
     loss_scales = {"image": 1.0, "reward": 1.0, "discount": args.discount_scale, "kl": args.kl_scale}
     if args.compile:
         wm.encoder.forward = torch.compile(wm.encoder.forward)
@@ -852,21 +932,44 @@ if __name__ == "__main__":
         wm.rssm.obs_step = torch.compile(wm.rssm.obs_step)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
     n_params = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
-    parts = dict(encoder=wm.encoder, rssm=wm.rssm, decoder=wm.decoder, reward=wm.reward, discount=wm.discount,
-                 actor=actor, critic=critic)  # fmt: skip
+    parts = dict(
+        encoder=wm.encoder,
+        rssm=wm.rssm,
+        decoder=wm.decoder,
+        reward=wm.reward,
+        discount=wm.discount,
+        actor=actor,
+        critic=critic,
+    )
     if args.rank == 0:
-        sizes = ", ".join(f"{k.replace('_size', '')} {getattr(args, k)}" for k in ("deter_size", "hidden_size",
-                                                                                    "cnn_depth", "mlp_units", "mlp_layers"))  # fmt: skip
-        print(f"model ({sizes}): " + ", ".join(f"{k} {n_params(m) / 1e6:.2f}M" for k, m in parts.items())
-              + f"; total {sum(n_params(m) for m in parts.values()) / 1e6:.2f}M parameters")  # fmt: skip
-        print(f"replay ratio {args.replay_ratio:g} (gradient steps per policy step, global) | world size {args.world_size}"
-              f" | batch {args.batch_size} x {args.batch_length} per rank, {args.batch_size * args.world_size} x "
-              f"{args.batch_length} global | Hafner train ratio {args.replay_ratio * args.batch_size * args.batch_length:g}"
-              f" (replayed steps per policy step) | device {device}, precision {args.precision}")  # fmt: skip
+        sizes = ", ".join(
+            f"{k.replace('_size', '')} {getattr(args, k)}"
+            for k in ("deter_size", "hidden_size", "cnn_depth", "mlp_units", "mlp_layers")
+        )
+        print(
+            f"model ({sizes}): "
+            + ", ".join(f"{k} {n_params(m) / 1e6:.2f}M" for k, m in parts.items())
+            + f"; total {sum(n_params(m) for m in parts.values()) / 1e6:.2f}M parameters"
+        )
+        print(
+            f"replay ratio {args.replay_ratio:g} (gradient steps per policy step, global) | world size {args.world_size}"
+            f" | batch {args.batch_size} x {args.batch_length} per rank, {args.batch_size * args.world_size} x "
+            f"{args.batch_length} global | Hafner train ratio {args.replay_ratio * args.batch_size * args.batch_length:g}"
+            f" (replayed steps per policy step) | device {device}, precision {args.precision}"
+        )
 
     # replay and the replay-ratio schedule
-    rb = SequenceReplay(min(args.buffer_size, args.total_timesteps), args.num_envs, obs_shape, action_size,
-                        args.batch_size, args.batch_length, args.tbptt, args.tbptt_jump_prob, args.seed + args.rank)  # fmt: skip
+    rb = SequenceReplay(
+        min(args.buffer_size, args.total_timesteps),
+        args.num_envs,
+        obs_shape,
+        action_size,
+        args.batch_size,
+        args.batch_length,
+        args.tbptt,
+        args.tbptt_jump_prob,
+        args.seed + args.rank,
+    )
     ratio = Ratio(args.replay_ratio)
     global_step, train_policy_steps, gradient_steps, last_eval = 0, 0, 0, 0
     carry = (wm.rssm.initial(args.batch_size), torch.zeros(args.batch_size, action_size, device=device))
@@ -878,8 +981,9 @@ if __name__ == "__main__":
         for opt, key in ((model_opt, "model_opt"), (actor_opt, "actor_opt"), (critic_opt, "critic_opt")):
             opt.load_state_dict(checkpoint[key])
         ratio.load_state_dict(checkpoint["ratio"])
-        global_step, train_policy_steps, gradient_steps = (checkpoint[k] for k in ("global_step", "train_policy_steps",
-                                                                                   "gradient_steps"))  # fmt: skip
+        global_step, train_policy_steps, gradient_steps = (
+            checkpoint[k] for k in ("global_step", "train_policy_steps", "gradient_steps")
+        )
         last_eval = checkpoint["last_eval"]
         rb.load_state_dict(rank_checkpoint["replay"])
         carry = rank_checkpoint["carry"]
@@ -894,19 +998,35 @@ if __name__ == "__main__":
     def make_checkpoint() -> tuple:
         """(shared state, this rank's state); rank 0 writes both into one file."""
         rank_state = dict(
-            replay=rb.state_dict(args.checkpoint_buffer), carry=carry,
-            rng=dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state(),
-                     cuda=torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-                     action_space=envs.action_space.np_random.bit_generator.state),
-        )  # fmt: skip
+            replay=rb.state_dict(args.checkpoint_buffer),
+            carry=carry,
+            rng=dict(
+                python=random.getstate(),
+                numpy=np.random.get_state(),
+                torch=torch.get_rng_state(),
+                cuda=torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+                action_space=envs.action_space.np_random.bit_generator.state,
+            ),
+        )
         shared = dict(
-            script=os.path.basename(__file__), args=asdict(args), run_name=run_name, world_size=args.world_size,
-            wm=wm.state_dict(), actor=actor.state_dict(), critic=critic.state_dict(),
-            target_critic=target_critic.state_dict(), model_opt=model_opt.state_dict(),
-            actor_opt=actor_opt.state_dict(), critic_opt=critic_opt.state_dict(), ratio=ratio.state_dict(),
-            global_step=global_step, train_policy_steps=train_policy_steps, gradient_steps=gradient_steps,
-            last_eval=last_eval, wandb_id=wandb.run.id if args.track and args.rank == 0 else None,
-        )  # fmt: skip
+            script=os.path.basename(__file__),
+            args=asdict(args),
+            run_name=run_name,
+            world_size=args.world_size,
+            wm=wm.state_dict(),
+            actor=actor.state_dict(),
+            critic=critic.state_dict(),
+            target_critic=target_critic.state_dict(),
+            model_opt=model_opt.state_dict(),
+            actor_opt=actor_opt.state_dict(),
+            critic_opt=critic_opt.state_dict(),
+            ratio=ratio.state_dict(),
+            global_step=global_step,
+            train_policy_steps=train_policy_steps,
+            gradient_steps=gradient_steps,
+            last_eval=last_eval,
+            wandb_id=wandb.run.id if args.track and args.rank == 0 else None,
+        )
         return (dict(**shared, **rank_state) if args.rank == 0 else dict(script=shared["script"], **rank_state)), shared
 
     def write_checkpoint():
@@ -936,14 +1056,20 @@ if __name__ == "__main__":
         # ALGO LOGIC: act
         obs_t = torch.as_tensor(obs, device=device).permute(0, 3, 1, 2)  # [N, C, H, W]
         with autocast:
-            agent_state, action = act(wm, actor, agent_state, prev_action, obs_t,
-                                      torch.as_tensor(is_first, device=device), greedy=False)  # fmt: skip
+            agent_state, action = act(
+                wm, actor, agent_state, prev_action, obs_t, torch.as_tensor(is_first, device=device), greedy=False
+            )
         if global_step < args.learning_starts:  # prefill with random actions
             action = F.one_hot(torch.randint(action_size, (args.num_envs,), device=device), action_size).float()
         prev_action = action.float()
         action_np = action.argmax(-1).cpu().numpy()
-        rb.add(obs.transpose(0, 3, 1, 2), F.one_hot(torch.as_tensor(action_np), action_size).numpy(), reward,
-               is_first, is_terminal)  # fmt: skip
+        rb.add(
+            obs.transpose(0, 3, 1, 2),
+            F.one_hot(torch.as_tensor(action_np), action_size).numpy(),
+            reward,
+            is_first,
+            is_terminal,
+        )
 
         # TRY NOT TO MODIFY: execute the game and log data.
         obs, reward, terminated, truncated, infos = envs.step(action_np)
@@ -966,8 +1092,11 @@ if __name__ == "__main__":
                     wm_loss, losses, post, carry, wm_metrics = world_model_loss(wm, batch, carry, loss_scales, args)
                 model_opt.zero_grad(set_to_none=True)
                 model_grad_norm = backward_and_clip(wm_loss, list(wm.parameters()), args.model_grad_clip)
-                bad = None if torch.isfinite(wm_loss + model_grad_norm) else next(
-                    (k for k, v in losses.items() if not torch.isfinite(v)), "model gradient norm")  # fmt: skip
+                bad = (
+                    None
+                    if torch.isfinite(wm_loss + model_grad_norm)
+                    else next((f"{k} loss" for k, v in losses.items() if not torch.isfinite(v)), "world model gradient")
+                )
                 if bad is None:
                     model_opt.step()
                     with autocast:
@@ -975,29 +1104,45 @@ if __name__ == "__main__":
                         feats, imagined_actions = imagine(wm, actor, start, args.imagination_horizon)
                         first_discount = args.gamma * (1.0 - batch["is_terminal"].float().flatten(0, 1))
                         actor_loss, critic_loss, ac_metrics = actor_critic_loss(
-                            wm, actor, critic, target_critic, feats, imagined_actions, first_discount, args)
+                            wm, actor, critic, target_critic, feats, imagined_actions, first_discount, args
+                        )
                     actor_opt.zero_grad(set_to_none=True)
                     critic_opt.zero_grad(set_to_none=True)
                     actor_grad_norm = backward_and_clip(actor_loss, list(actor.parameters()), args.ac_grad_clip)
                     critic_grad_norm = backward_and_clip(critic_loss, list(critic.parameters()), args.ac_grad_clip)
                     if not torch.isfinite(actor_loss + critic_loss + actor_grad_norm + critic_grad_norm):
-                        bad = "actor" if not torch.isfinite(actor_loss + actor_grad_norm) else "critic"
+                        bad = "actor loss" if not torch.isfinite(actor_loss + actor_grad_norm) else "critic loss"
                 if bad is not None:  # nothing was stepped with the bad values: the checkpoint is from before the blow-up
                     if args.rank == 0:
                         write_checkpoint()
-                    fail(f"the {bad} loss became non-finite at gradient step {gradient_steps} (policy step {global_step}); "
-                         f"the last good state is in {checkpoint_path}; lower the learning rates"
-                         + (" or use --precision 32" if args.precision == "bf16" else ""))  # fmt: skip
+                    fail(
+                        f"the {bad} became non-finite at gradient step {gradient_steps} (policy step {global_step}); "
+                        f"the last good state is in {checkpoint_path}; lower the learning rates"
+                        + (" or use --precision 32" if args.precision == "bf16" else "")
+                    )
                 actor_opt.step()
                 critic_opt.step()
-                update_target_critic(critic, target_critic, gradient_steps // args.world_size, args.target_update_every,
-                                     args.target_update_fraction)  # fmt: skip
+                update_target_critic(
+                    critic,
+                    target_critic,
+                    gradient_steps // args.world_size,
+                    args.target_update_every,
+                    args.target_update_fraction,
+                )
                 gradient_steps += args.world_size
-                metrics = dict(**{f"losses/{k}": v for k, v in losses.items()}, **{f"losses/{k}": v for k, v in
-                               wm_metrics.items()}, **{"losses/model": wm_loss, "losses/actor": actor_loss,
-                               "losses/critic": critic_loss, "losses/model_grad_norm": model_grad_norm,
-                               "losses/actor_grad_norm": actor_grad_norm, "losses/critic_grad_norm": critic_grad_norm},
-                               **{f"losses/{k}": v for k, v in ac_metrics.items()})  # fmt: skip
+                metrics = dict(
+                    **{f"losses/{k}": v for k, v in losses.items()},
+                    **{f"losses/{k}": v for k, v in wm_metrics.items()},
+                    **{
+                        "losses/model": wm_loss,
+                        "losses/actor": actor_loss,
+                        "losses/critic": critic_loss,
+                        "losses/model_grad_norm": model_grad_norm,
+                        "losses/actor_grad_norm": actor_grad_norm,
+                        "losses/critic_grad_norm": critic_grad_norm,
+                    },
+                    **{f"losses/{k}": v for k, v in ac_metrics.items()},
+                )
                 if args.rank == 0 and args.video_every and (gradient_steps // args.world_size) % args.video_every == 0:
                     with autocast:
                         writer.add_video("charts/dream", dream_video(wm, batch), global_step, fps=15)
@@ -1016,9 +1161,12 @@ if __name__ == "__main__":
                     writer.add_scalar(key, value, global_step)
             eta = (args.total_timesteps - global_step) / max(sps, 1e-9)
             recent = f" | return {np.mean(episode_returns[-10:]):.1f}" if episode_returns else ""
-            print(f"step {global_step}/{args.total_timesteps} ({100 * global_step / args.total_timesteps:.0f}%) | SPS {sps}"
-                  f" | gradient steps {gradient_steps} | replay ratio {gradient_steps / max(train_policy_steps, 1):.3f}"
-                  f" | ETA {time.strftime('%H:%M:%S', time.gmtime(eta))}{recent}", flush=True)  # fmt: skip
+            print(
+                f"step {global_step}/{args.total_timesteps} ({100 * global_step / args.total_timesteps:.0f}%) | SPS {sps}"
+                f" | gradient steps {gradient_steps} | replay ratio {gradient_steps / max(train_policy_steps, 1):.3f}"
+                f" | ETA {time.strftime('%H:%M:%S', time.gmtime(eta))}{recent}",
+                flush=True,
+            )
         done = global_step >= args.total_timesteps
         if args.eval_every and global_step - last_eval >= args.eval_every or done:
             last_eval = global_step
@@ -1026,15 +1174,19 @@ if __name__ == "__main__":
                 eval_fn = make_env(args.env_id, args.seed + 100_000, 1, False, run_name, **env_kwargs)
                 eval_returns = evaluate(wm, actor, eval_fn, args.eval_episodes, args.eval_greedy, device, autocast)
                 writer.add_scalar("eval/episodic_return", np.mean(eval_returns), global_step)
-                print(f"eval at step {global_step}: mean return {np.mean(eval_returns):.2f} over {len(eval_returns)} "
-                      f"episodes", flush=True)  # fmt: skip
+                print(
+                    f"eval at step {global_step}: mean return {np.mean(eval_returns):.2f} over {len(eval_returns)} episodes",
+                    flush=True,
+                )
         stop = all_ranks_agree(bool(stop_signal))
         if done or stop or (args.checkpoint_every and global_step % args.checkpoint_every < args.num_envs * args.world_size):
             write_checkpoint()
         if stop:
             if args.rank == 0:
-                print(f"stopped by signal at policy step {global_step}; checkpoint written to {checkpoint_path}\n"
-                      f"resume with: python {os.path.basename(__file__)} --resume {checkpoint_path} (plus the same flags)")  # fmt: skip
+                print(
+                    f"stopped by signal at policy step {global_step}; checkpoint written to {checkpoint_path}\n"
+                    f"resume with: python {os.path.basename(__file__)} --resume {checkpoint_path} (plus the same flags)"
+                )
             break
 
     if args.save_model and args.rank == 0:

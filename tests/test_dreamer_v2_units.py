@@ -115,7 +115,9 @@ def test_image_loss_is_unit_gaussian_nll_summed_over_pixels():
     mean, target = torch.full((2, 1, 64, 64), 0.25), torch.zeros(2, 1, 64, 64)
     nll = v2.gaussian_nll(mean, target, event_dims=3)
     assert nll.shape == (2,)
-    torch.testing.assert_close(nll, torch.full((2,), 4096 * (0.5 * 0.25**2 + 0.5 * torch.log(torch.tensor(2 * torch.pi)).item())))
+    torch.testing.assert_close(
+        nll, torch.full((2,), 4096 * (0.5 * 0.25**2 + 0.5 * torch.log(torch.tensor(2 * torch.pi)).item()))
+    )
 
 
 def test_target_critic_copied_every_100_updates_and_not_before():

@@ -210,7 +210,7 @@ def make_env(env_id, seed, idx, capture_video, run_name, action_repeat=4, graysc
             )
         else:  # any env with image observations, e.g. the small pixel games of the tests
             env = gym.make(env_id, render_mode=render_mode)
-            if env.observation_space.shape[:2] != (64, 64):
+            if len(env.observation_space.shape) in (2, 3) and env.observation_space.shape[:2] != (64, 64):  # images only
                 env = gym.wrappers.ResizeObservation(env, (64, 64))
             if len(env.observation_space.shape) == 2:
                 env = gym.wrappers.ReshapeObservation(env, (64, 64, 1))

@@ -199,7 +199,7 @@ def make_env(env_id, seed, idx, capture_video, run_name, action_repeat=4, graysc
             )
         else:  # any env with image observations, e.g. the small pixel games of the tests
             env = gym.make(env_id, render_mode=render_mode)
-            if env.observation_space.shape[:2] != (64, 64):
+            if len(env.observation_space.shape) in (2, 3) and env.observation_space.shape[:2] != (64, 64):  # images only
                 env = gym.wrappers.ResizeObservation(env, (64, 64))
             if len(env.observation_space.shape) == 2:
                 env = gym.wrappers.ReshapeObservation(env, (64, 64, 1))
@@ -1193,6 +1193,15 @@ if __name__ == "__main__":
         model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
         torch.save(make_checkpoint()[1], model_path)
         print(f"model saved to {model_path}")
+    if args.world_size > 1:  # data parallel must leave the same weights on every rank: compare float64 checksums
+        params = [p for m in (wm, actor, critic, target_critic) for p in m.parameters()]
+        checksum = torch.stack([torch.stack([p.double().sum(), p.double().square().sum()]) for p in params]).flatten()
+        checksums = [torch.empty_like(checksum) for _ in range(args.world_size)]
+        dist.all_gather(checksums, checksum)
+        if args.rank == 0:
+            if not all(torch.equal(c, checksums[0]) for c in checksums):
+                fail(f"the weights differ across the {args.world_size} ranks after training (a data-parallel bug)")
+            print(f"weights identical on all {args.world_size} ranks")
     envs.close()
     if args.rank == 0:
         writer.close()

@@ -62,9 +62,9 @@ def test_user_command_replay_ratio_half(tmp_path: Path):
     assert "precision bf16" in result.stdout
     assert abs(realised_ratio(result.stdout) / 0.5 - 1) < 0.05
     tags = scalars(only_run_dir(tmp_path))
-    expected = [f"losses/{k}" for k in ("image", "reward", "discount", "kl", "kl_prior", "kl_post", "prior_entropy",
-                                        "post_entropy", "model", "actor", "critic", "model_grad_norm", "actor_grad_norm",
-                                        "critic_grad_norm", "actor_entropy", "imagined_return", "value", "target_value")]  # fmt: skip
+    losses = "image reward discount kl kl_prior kl_post prior_entropy post_entropy model actor critic model_grad_norm"
+    losses += " actor_grad_norm critic_grad_norm actor_entropy imagined_return imagined_reward value target_value"
+    expected = [f"losses/{k}" for k in losses.split()]
     expected += ["charts/SPS", "charts/replay_ratio", "charts/gradient_steps", "eval/episodic_return", "charts/dream"]
     assert not set(expected) - set(tags), set(expected) - set(tags)
     assert abs(tags["charts/replay_ratio"][-1] / 0.5 - 1) < 0.05
@@ -75,8 +75,14 @@ def test_sigterm_then_resume(tmp_path: Path):
     """Kill a run with SIGTERM while it trains, then --resume it: it ends at the right step, the replay ratio still on
     target, and with --checkpoint-buffer the resumed buffer holds every step collected before the kill."""
     flags = f"--replay-ratio 0.25 --total-timesteps 640 {SHORT} {TINY} --precision 32 --checkpoint-buffer"
-    proc = subprocess.Popen([sys.executable, SCRIPT, *flags.split()], cwd=tmp_path, env=env_vars(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, SCRIPT, *flags.split()],
+        cwd=tmp_path,
+        env=env_vars(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lines, deadline = [], time.time() + 240
     for line in proc.stdout:  # wait until it trains (the progress line reports gradient steps)
         lines.append(line)
@@ -106,11 +112,13 @@ def test_sigterm_then_resume(tmp_path: Path):
 
 
 def test_torchrun_two_processes(tmp_path: Path):
-    """torchrun --nproc_per_node 2 on the CPU (gloo): it finishes, the global replay ratio is on target."""
+    """torchrun --nproc_per_node 2 on the CPU (gloo): it finishes, the global replay ratio is on target, and the script's
+    end-of-run check finds the same weights (float64 sums and sums of squares of every tensor) on both ranks."""
     flags = f"--replay-ratio 0.5 --total-timesteps 400 {SHORT} {TINY} --precision 32"
     launcher = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2")
     result = run(flags, tmp_path, launcher=launcher)
     assert "world size 2 | batch 4 x 16 per rank, 8 x 16 global | Hafner train ratio 32" in result.stdout
     assert abs(realised_ratio(result.stdout) / 0.5 - 1) < 0.05
+    assert "weights identical on all 2 ranks" in result.stdout
     checkpoint = torch.load(only_run_dir(tmp_path) / "checkpoint.pt", weights_only=False)
     assert checkpoint["global_step"] == 400 and checkpoint["world_size"] == 2

@@ -158,24 +158,14 @@ class Args:
     """rank of this process"""
 
 
-# flags that fix the shapes of the networks: a checkpoint can only be resumed with the same values
-ARCHITECTURE_FLAGS = (
-    "env_id",
-    "deter_size",
-    "hidden_size",
-    "cnn_depth",
-    "mlp_units",
-    "mlp_layers",
-    "stoch_size",
-    "classes",
-    "grayscale",
-    "batch_size",
-    "num_envs",
-)
+# flags that fix the networks' shapes or the replay schedule: a checkpoint resumes only with the same values
+RESUME_FLAGS = ("env_id", "grayscale", "num_envs", "deter_size", "hidden_size", "cnn_depth", "mlp_units",
+                "mlp_layers", "stoch_size", "classes", "batch_size", "batch_length", "buffer_size",
+                "replay_ratio")  # fmt: skip
 
 
 def fail(message: str):
-    """Stop with one clear line on stderr and exit status 2 (bad input, nothing was written)."""
+    """Stop with one clear line on stderr and exit status 1."""
     raise SystemExit(f"{os.path.basename(sys.argv[0])}: error: {message}")
 
 
@@ -185,9 +175,9 @@ def is_atari(env_id: str) -> bool:
 
 def make_env(env_id, seed, idx, capture_video, run_name, action_repeat=4, grayscale=True, sticky=0.25, noop_max=30):
     def thunk():
-        render_mode = "rgb_array" if capture_video and idx == 0 else None
+        render = {"render_mode": "rgb_array"} if capture_video and idx == 0 else {}
         if is_atari(env_id):  # episodes end after 108,000 frames (27,000 policy steps): ale-py's default for these ids
-            env = gym.make(env_id, frameskip=1, repeat_action_probability=sticky, render_mode=render_mode)
+            env = gym.make(env_id, frameskip=1, repeat_action_probability=sticky, **render)
             env = gym.wrappers.AtariPreprocessing(
                 env,
                 noop_max=noop_max,
@@ -198,7 +188,7 @@ def make_env(env_id, seed, idx, capture_video, run_name, action_repeat=4, graysc
                 grayscale_newaxis=True,
             )
         else:  # any env with image observations, e.g. the small pixel games of the tests
-            env = gym.make(env_id, render_mode=render_mode)
+            env = gym.make(env_id, **render)
             if len(env.observation_space.shape) in (2, 3) and env.observation_space.shape[:2] != (64, 64):  # images only
                 env = gym.wrappers.ResizeObservation(env, (64, 64))
             if len(env.observation_space.shape) == 2:
@@ -217,6 +207,7 @@ def check_env(env_id: str):
     try:
         import ale_py
 
+        ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # no banner on stderr
         gym.register_envs(ale_py)
     except ImportError:
         if is_atari(env_id):
@@ -271,8 +262,9 @@ def check_args(args: Args):
     for key in positive:
         if getattr(args, key) <= 0:
             fail(f"--{key.replace('_', '-')} must be positive, got {getattr(args, key)}")
-    if args.mlp_layers < 0 or args.learning_starts < 0 or args.noop_max < 0:
-        fail("--mlp-layers, --learning-starts and --noop-max cannot be negative")
+    for key in ("mlp_layers", "learning_starts", "noop_max", "eval_every", "video_every", "checkpoint_every"):
+        if getattr(args, key) < 0:
+            fail(f"--{key.replace('_', '-')} cannot be negative, got {getattr(args, key)}")
     for key in ("tbptt_jump_prob", "kl_balance", "target_update_fraction"):
         if not 0 <= getattr(args, key) <= 1:
             fail(f"--{key.replace('_', '-')} must lie in [0, 1], got {getattr(args, key)}")
@@ -289,6 +281,11 @@ def check_args(args: Args):
             f"--learning-starts {args.learning_starts} is shorter than one sequence per env (--batch-length "
             f"{args.batch_length} x {args.num_envs * args.world_size} envs = "
             f"{args.batch_length * args.num_envs * args.world_size} policy steps): raise it"
+        )
+    if args.learning_starts > capacity * args.num_envs * args.world_size:
+        fail(
+            f"--learning-starts {args.learning_starts} is more than the replay can hold "
+            f"({capacity * args.num_envs * args.world_size} policy steps), so training would never start: lower it"
         )
     if args.classes < 2:
         fail(f"--classes must be at least 2, got {args.classes}")
@@ -569,9 +566,9 @@ class RSSM(nn.Module):
 
     def obs_step(self, prev_state: dict, prev_action: torch.Tensor, embed: torch.Tensor, is_first: torch.Tensor):
         """Posterior step. Where is_first [B] is set, the previous state and action are replaced by zeros."""
-        keep = (1.0 - is_first.float())[:, None]
-        prev_state = {k: v * keep[..., None] if v.dim() == 3 else v * keep for k, v in prev_state.items()}
-        prior = self.img_step(prev_state, prev_action * keep)
+        first = is_first.bool()[:, None]  # [B, 1]
+        prev_state = {k: torch.where(first if v.dim() == 2 else first[..., None], 0.0, v) for k, v in prev_state.items()}
+        prior = self.img_step(prev_state, torch.where(first, 0.0, prev_action))
         logits = self._logits(self.obs_logits, self.obs_out(torch.cat([prior["deter"], embed], -1)))
         post = dict(deter=prior["deter"], stoch=sample_onehot(logits), logits=logits)
         return post, prior
@@ -767,11 +764,11 @@ def dream_video(wm: WorldModel, batch: dict, context: int = 5, rows: int = 6) ->
     return (video[None] * 255).to(torch.uint8).cpu()
 
 
-def evaluate(wm, actor, env_fn, episodes: int, greedy: bool, device, autocast) -> list:
+def evaluate(wm, actor, env_fn, episodes: int, greedy: bool, device, autocast, seed: int) -> list:
     """Play `episodes` full episodes in a fresh env and return their returns."""
     env, returns = env_fn(), []
-    for _ in range(episodes):
-        obs, _ = env.reset()
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=seed if episode == 0 else None)
         state, action = wm.rssm.initial(1), torch.zeros(1, env.action_space.n, device=device)
         is_first, done, total = torch.ones(1, device=device), False, 0.0
         while not done:
@@ -795,16 +792,18 @@ def save_checkpoint(path: str, payload: dict):
     os.replace(tmp, path)
 
 
-def load_checkpoint(path: str, device) -> dict:
+def load_checkpoint(path: str) -> dict:
     if not os.path.isfile(path):
         fail(f"--resume {path}: no such file (pass the runs/<run_name>/checkpoint.pt of an earlier run)")
     try:
-        checkpoint = torch.load(path, map_location=device, weights_only=False)
+        checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
     except Exception:
         fail(f"--resume {path}: the file is truncated or corrupt; resume from an intact checkpoint")
     if not isinstance(checkpoint, dict) or checkpoint.get("script") != os.path.basename(__file__):
         owner = checkpoint.get("script", "something else") if isinstance(checkpoint, dict) else "something else"
         fail(f"--resume {path}: this checkpoint belongs to {owner}, not {os.path.basename(__file__)}")
+    if "replay" not in checkpoint:
+        fail(f"--resume {path}: this is a saved model (--save-model), not a checkpoint; pass runs/<run_name>/checkpoint.pt")
     return checkpoint
 
 
@@ -823,6 +822,23 @@ if __name__ == "__main__":
     args.world_size, args.rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     check_args(args)
+    checkpoint, rank_checkpoint = None, None
+    if args.resume:
+        checkpoint = load_checkpoint(args.resume)
+        mismatch = [k for k in RESUME_FLAGS if checkpoint["args"][k] != getattr(args, k)]
+        if mismatch:
+            fail(
+                f"--resume {args.resume}: the checkpoint was trained with "
+                + ", ".join(f"--{k.replace('_', '-')} {checkpoint['args'][k]}" for k in mismatch)
+                + f" (this run has {', '.join(str(getattr(args, k)) for k in mismatch)}); pass the same values"
+            )
+        if checkpoint["world_size"] != args.world_size:
+            fail(f"--resume {args.resume}: the run used {checkpoint['world_size']} processes; resume with the same number")
+        rank_path = os.path.join(os.path.dirname(args.resume), f"checkpoint.rank{args.rank}.pt")
+        rank_checkpoint = checkpoint if args.rank == 0 else load_checkpoint(rank_path)
+        if rank_checkpoint["global_step"] != checkpoint["global_step"]:
+            fail(f"--resume: {rank_path} is from policy step {rank_checkpoint['global_step']}, {args.resume} from "
+                 f"{checkpoint['global_step']}; the checkpoints of all ranks must come from the same step")  # fmt: skip
     check_env(args.env_id)
     if args.cuda and not torch.cuda.is_available():
         print("warning: --cuda is set but CUDA is not available; running on the CPU", file=sys.stderr)
@@ -832,20 +848,6 @@ if __name__ == "__main__":
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=datetime.timedelta(hours=3))
         if device.type == "cuda":
             torch.cuda.set_device(device)
-    checkpoint = load_checkpoint(args.resume, device) if args.resume else None
-    rank_checkpoint = None
-    if checkpoint is not None:
-        mismatch = [k for k in ARCHITECTURE_FLAGS if checkpoint["args"][k] != getattr(args, k)]
-        if mismatch:
-            fail(
-                f"--resume {args.resume}: the checkpoint was trained with "
-                + ", ".join(f"--{k.replace('_', '-')} {checkpoint['args'][k]}" for k in mismatch)
-                + f" (this run has {', '.join(str(getattr(args, k)) for k in mismatch)}); pass the same values"
-            )
-        if checkpoint["world_size"] != args.world_size:
-            fail(f"--resume {args.resume}: the run used {checkpoint['world_size']} processes; resume with the same number")
-        rank_path = args.resume if args.rank == 0 else args.resume.replace(".pt", f".rank{args.rank}.pt")
-        rank_checkpoint = checkpoint if args.rank == 0 else load_checkpoint(rank_path, device)
     set_malloc_for_speed()
     run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}".replace("/", "_")
     if checkpoint is not None:
@@ -883,7 +885,7 @@ if __name__ == "__main__":
     # TRY NOT TO MODIFY: seeding
     random.seed(args.seed + args.rank)
     np.random.seed(args.seed + args.rank)
-    torch.manual_seed(args.seed)  # the same initial weights on every rank
+    torch.manual_seed(args.seed + args.rank)  # the initial weights are broadcast from rank 0 below
     torch.backends.cudnn.deterministic = args.torch_deterministic
 
     # env setup
@@ -913,7 +915,6 @@ if __name__ == "__main__":
         for module in (wm, actor, critic, target_critic):
             for tensor in list(module.parameters()) + list(module.buffers()):
                 dist.broadcast(tensor.data, 0)
-    torch.manual_seed(args.seed + args.rank)  # from here on each rank draws its own noise (actions, latents)
     # the paper's code shrinks every variable by (1 - weight_decay) before each Adam step: AdamW with decay weight_decay / lr
     model_opt = torch.optim.AdamW(
         wm.parameters(), lr=args.model_lr, eps=args.model_eps, weight_decay=args.weight_decay / args.model_lr
@@ -960,7 +961,7 @@ if __name__ == "__main__":
 
     # replay and the replay-ratio schedule
     rb = SequenceReplay(
-        min(args.buffer_size, args.total_timesteps),
+        min(args.buffer_size, (checkpoint["args"] if checkpoint else asdict(args))["total_timesteps"]),
         args.num_envs,
         obs_shape,
         action_size,
@@ -971,7 +972,7 @@ if __name__ == "__main__":
         args.seed + args.rank,
     )
     ratio = Ratio(args.replay_ratio)
-    global_step, train_policy_steps, gradient_steps, last_eval = 0, 0, 0, 0
+    global_step, train_policy_steps, gradient_steps, last_eval, last_checkpoint = 0, 0, 0, 0, None
     carry = (wm.rssm.initial(args.batch_size), torch.zeros(args.batch_size, action_size, device=device))
     if checkpoint is not None:
         wm.load_state_dict(checkpoint["wm"])
@@ -984,9 +985,9 @@ if __name__ == "__main__":
         global_step, train_policy_steps, gradient_steps = (
             checkpoint[k] for k in ("global_step", "train_policy_steps", "gradient_steps")
         )
-        last_eval = checkpoint["last_eval"]
+        last_eval, last_checkpoint = checkpoint["last_eval"], checkpoint["global_step"]
         rb.load_state_dict(rank_checkpoint["replay"])
-        carry = rank_checkpoint["carry"]
+        carry = ({k: v.to(device) for k, v in rank_checkpoint["carry"][0].items()}, rank_checkpoint["carry"][1].to(device))
         random.setstate(rank_checkpoint["rng"]["python"])
         np.random.set_state(rank_checkpoint["rng"]["numpy"])
         torch.set_rng_state(rank_checkpoint["rng"]["torch"].cpu())
@@ -998,6 +999,7 @@ if __name__ == "__main__":
     def make_checkpoint() -> tuple:
         """(shared state, this rank's state); rank 0 writes both into one file."""
         rank_state = dict(
+            global_step=global_step,
             replay=rb.state_dict(args.checkpoint_buffer),
             carry=carry,
             rng=dict(
@@ -1027,10 +1029,12 @@ if __name__ == "__main__":
             last_eval=last_eval,
             wandb_id=wandb.run.id if args.track and args.rank == 0 else None,
         )
-        return (dict(**shared, **rank_state) if args.rank == 0 else dict(script=shared["script"], **rank_state)), shared
+        return (dict(shared, **rank_state) if args.rank == 0 else dict(script=shared["script"], **rank_state)), shared
 
     def write_checkpoint():
+        global last_checkpoint
         save_checkpoint(checkpoint_path, make_checkpoint()[0])
+        last_checkpoint = global_step
 
     stop_signal = []
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -1085,11 +1089,13 @@ if __name__ == "__main__":
 
         # ALGO LOGIC: training, as many gradient steps as the replay ratio asks for
         if len(rb) * args.world_size >= args.learning_starts and rb.can_sample():
+            if last_checkpoint is None:  # a state from before the first update, should training blow up early
+                write_checkpoint()
             train_policy_steps += args.num_envs * args.world_size
             for _ in range(ratio(train_policy_steps / args.world_size)):
                 batch = {k: torch.as_tensor(v, device=device) for k, v in rb.sample().items()}
                 with autocast:
-                    wm_loss, losses, post, carry, wm_metrics = world_model_loss(wm, batch, carry, loss_scales, args)
+                    wm_loss, losses, post, next_carry, wm_metrics = world_model_loss(wm, batch, carry, loss_scales, args)
                 model_opt.zero_grad(set_to_none=True)
                 model_grad_norm = backward_and_clip(wm_loss, list(wm.parameters()), args.model_grad_clip)
                 bad = (
@@ -1112,16 +1118,17 @@ if __name__ == "__main__":
                     critic_grad_norm = backward_and_clip(critic_loss, list(critic.parameters()), args.ac_grad_clip)
                     if not torch.isfinite(actor_loss + critic_loss + actor_grad_norm + critic_grad_norm):
                         bad = "actor loss" if not torch.isfinite(actor_loss + actor_grad_norm) else "critic loss"
-                if bad is not None:  # nothing was stepped with the bad values: the checkpoint is from before the blow-up
-                    if args.rank == 0:
-                        write_checkpoint()
+                if bad is not None:  # stop; the last checkpoint written is from before the blow-up
+                    last = f"the last checkpoint, from policy step {last_checkpoint}, is {checkpoint_path}"
                     fail(
                         f"the {bad} became non-finite at gradient step {gradient_steps} (policy step {global_step}); "
-                        f"the last good state is in {checkpoint_path}; lower the learning rates"
+                        + (last if last_checkpoint is not None else "no checkpoint was written before it")
+                        + "; lower the learning rates"
                         + (" or use --precision 32" if args.precision == "bf16" else "")
                     )
                 actor_opt.step()
                 critic_opt.step()
+                carry = next_carry
                 update_target_critic(
                     critic,
                     target_critic,
@@ -1150,7 +1157,7 @@ if __name__ == "__main__":
         # logging, evaluation, checkpoints
         log_now = global_step % args.log_every < args.num_envs * args.world_size
         if args.rank == 0 and log_now:
-            sps = int((global_step - start_step) / (time.time() - start_time))
+            sps = (global_step - start_step) / (time.time() - start_time)
             writer.add_scalar("charts/SPS", sps, global_step)
             if train_policy_steps:
                 writer.add_scalar("charts/replay_ratio", gradient_steps / train_policy_steps, global_step)
@@ -1159,12 +1166,12 @@ if __name__ == "__main__":
                 values = torch.stack([v.detach().float() for v in metrics.values()]).cpu().tolist()
                 for key, value in zip(metrics, values):
                     writer.add_scalar(key, value, global_step)
-            eta = (args.total_timesteps - global_step) / max(sps, 1e-9)
+            eta = datetime.timedelta(seconds=int((args.total_timesteps - global_step) / sps)) if sps > 0 else "?"
             recent = f" | return {np.mean(episode_returns[-10:]):.1f}" if episode_returns else ""
             print(
-                f"step {global_step}/{args.total_timesteps} ({100 * global_step / args.total_timesteps:.0f}%) | SPS {sps}"
+                f"step {global_step}/{args.total_timesteps} ({100 * global_step / args.total_timesteps:.0f}%) | SPS {sps:.1f}"
                 f" | gradient steps {gradient_steps} | replay ratio {gradient_steps / max(train_policy_steps, 1):.3f}"
-                f" | ETA {time.strftime('%H:%M:%S', time.gmtime(eta))}{recent}",
+                f" | ETA {eta}{recent}",
                 flush=True,
             )
         done = global_step >= args.total_timesteps
@@ -1172,7 +1179,9 @@ if __name__ == "__main__":
             last_eval = global_step
             if args.rank == 0:
                 eval_fn = make_env(args.env_id, args.seed + 100_000, 1, False, run_name, **env_kwargs)
-                eval_returns = evaluate(wm, actor, eval_fn, args.eval_episodes, args.eval_greedy, device, autocast)
+                eval_returns = evaluate(
+                    wm, actor, eval_fn, args.eval_episodes, args.eval_greedy, device, autocast, args.seed + global_step
+                )
                 writer.add_scalar("eval/episodic_return", np.mean(eval_returns), global_step)
                 print(
                     f"eval at step {global_step}: mean return {np.mean(eval_returns):.2f} over {len(eval_returns)} episodes",
@@ -1183,9 +1192,10 @@ if __name__ == "__main__":
             write_checkpoint()
         if stop:
             if args.rank == 0:
+                launcher = f"torchrun --standalone --nproc_per_node {args.world_size}" if args.world_size > 1 else "python"
                 print(
                     f"stopped by signal at policy step {global_step}; checkpoint written to {checkpoint_path}\n"
-                    f"resume with: python {os.path.basename(__file__)} --resume {checkpoint_path} (plus the same flags)"
+                    f"resume with: {launcher} {os.path.basename(__file__)} --resume {checkpoint_path} (plus the same flags)"
                 )
             break
 

@@ -906,7 +906,8 @@ if __name__ == "__main__":
     run_dir = f"runs/{run_name}"
     if checkpoint is None and args.rank == 0 and os.path.exists(run_dir):
         fail(f"{run_dir} already exists; pick another --exp-name or --seed (or --resume its checkpoint)")
-    if args.rank == 0:
+    if args.rank == 0:  # only rank 0 creates run_dir: other ranks write into it after the weight broadcast below
+        os.makedirs(run_dir, exist_ok=True)
         if args.track:
             import wandb
 
@@ -926,7 +927,6 @@ if __name__ == "__main__":
             "hyperparameters",
             "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
         )
-    os.makedirs(run_dir, exist_ok=True)
     checkpoint_path = f"{run_dir}/checkpoint.pt" if args.rank == 0 else f"{run_dir}/checkpoint.rank{args.rank}.pt"
 
     # TRY NOT TO MODIFY: seeding

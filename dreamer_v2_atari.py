@@ -1216,4 +1216,5 @@ if __name__ == "__main__":
     if args.rank == 0:
         writer.close()
     if dist.is_initialized():
+        dist.barrier()  # leave together: a rank that exits while another still tears down gloo can abort it
         dist.destroy_process_group()

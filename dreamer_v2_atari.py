@@ -87,7 +87,7 @@ class Args:
     log_every: int = 1_000
     """write scalars and a progress line every this many policy steps"""
     video_every: int = 10_000
-    """write an open-loop dream video to TensorBoard every this many gradient steps (0: never)"""
+    """write an open-loop dream video to TensorBoard every this many updates (per process; 0: never)"""
     checkpoint_every: int = 10_000
     """write runs/{run_name}/checkpoint.pt every this many policy steps (and at the end); 0: only at the end"""
     checkpoint_buffer: bool = False
@@ -161,7 +161,7 @@ class Args:
 # flags that fix the networks' shapes or the replay schedule: a checkpoint resumes only with the same values
 RESUME_FLAGS = ("env_id", "grayscale", "num_envs", "deter_size", "hidden_size", "cnn_depth", "mlp_units",
                 "mlp_layers", "stoch_size", "classes", "batch_size", "batch_length", "buffer_size",
-                "replay_ratio")  # fmt: skip
+                "replay_ratio", "learning_starts")  # fmt: skip
 
 
 def fail(message: str):

@@ -1,0 +1,1207 @@
+# docs and experiment results can be found at docs/dreamer-v1.md#dreamer_v1_ataripy
+import ctypes
+import datetime
+import difflib
+import math
+import os
+import random
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Literal, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+import tyro
+from torch.utils.tensorboard import SummaryWriter
+
+from ratio import Ratio
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """sets `torch.backends.cudnn.deterministic=True` (turn off with --no-torch-deterministic)"""
+    cuda: bool = True
+    """use CUDA when it is available (falls back to CPU with a warning)"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "cleanRL"
+    """the wandb's project name"""
+    wandb_entity: Optional[str] = None
+    """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """whether to capture videos of the agent performances (check out `videos` folder)"""
+    save_model: bool = False
+    """whether to save the trained agent into `runs/{run_name}/{exp_name}.cleanrl_model`"""
+
+    # Algorithm specific arguments
+    env_id: str = "ALE/Pong-v5"
+    """the id of the environment (ALE/<Game>-v5, <Game>NoFrameskip-v4, or any env with image observations)"""
+    total_timesteps: int = 2_500_000
+    """total policy steps (agent decisions, summed over all envs and processes); 10M frames = 2.5M steps"""
+    num_envs: int = 1
+    """the number of parallel game environments per process"""
+    buffer_size: int = 1_000_000
+    """the replay memory size in policy steps, per process (capped at what the run can collect)"""
+    learning_starts: int = 1_250
+    """policy steps collected with random actions before training starts (the paper's code: prefill 5,000 frames)"""
+    replay_ratio: float = 0.4
+    """gradient steps per policy step, globally (the paper's code: 100 every 1,000 frames = 250 policy steps)"""
+    pretrain: int = 100
+    """gradient steps done at once when training starts (the paper's code: `pretrain 100`), before the schedule runs"""
+    batch_size: int = 50
+    """the number of sequences in a batch (per process)"""
+    batch_length: int = 50
+    """the length of each sequence in a batch"""
+    tbptt: bool = True
+    """carry the RSSM state from one batch to the next along each batch row (truncated BPTT)"""
+    tbptt_jump_prob: float = 1 / 16
+    """chance that a batch row jumps to a random replay position instead of continuing (mean run of 16 chunks)"""
+    action_repeat: int = 4
+    """Atari frame skip: each action is repeated this many times, with a max-pool over the last two frames"""
+    sticky_actions: float = 0.25
+    """Atari repeat_action_probability (the paper's code: sticky actions on, 0.25)"""
+    grayscale: bool = False
+    """grayscale Atari frames (the paper's code uses RGB; --grayscale for one channel)"""
+    noop_max: int = 30
+    """at most this many no-op actions at the start of an Atari episode"""
+    terminal_on_life_loss: bool = True
+    """in training, a lost life ends the Atari episode (the paper's code; training returns count one life each)"""
+    precision: Literal["32", "bf16"] = "bf16"
+    """`bf16` runs the networks under bfloat16 autocast (CUDA and CPU), our form of the paper's 16-bit mixed precision"""
+    compile: bool = False
+    """torch.compile the encoder, decoder and RSSM steps"""
+    eval_every: int = 250_000
+    """evaluate every this many policy steps (and at the end); 0 evaluates only at the end"""
+    eval_episodes: int = 1
+    """episodes per evaluation"""
+    eval_greedy: bool = True
+    """evaluate with the most likely action and no exploration, as the paper's code does (--no-eval-greedy samples)"""
+    log_every: int = 1_000
+    """write scalars and a progress line every this many policy steps"""
+    video_every: int = 10_000
+    """write an open-loop dream video to TensorBoard every this many updates (per process; 0: never)"""
+    checkpoint_every: int = 10_000
+    """write runs/{run_name}/checkpoint.pt every this many policy steps (and at the end); 0: only at the end"""
+    checkpoint_buffer: bool = False
+    """also store the replay buffer in checkpoints, so a resumed run loses no data"""
+    resume: Optional[str] = None
+    """path of a checkpoint.pt to continue from (same run directory, step count and replay schedule)"""
+
+    # World model
+    deter_size: int = 200
+    """size of the deterministic GRU state h_t"""
+    hidden_size: int = 200
+    """width of the RSSM's hidden layers"""
+    stoch_size: int = 30
+    """size of the Gaussian latent z_t"""
+    min_std: float = 0.1
+    """the latent's standard deviation is softplus(x) + min_std"""
+    cnn_depth: int = 32
+    """channels of the first encoder layer, doubled at each stage"""
+    mlp_units: int = 400
+    """width of the MLP heads"""
+    reward_layers: int = 2
+    """hidden layers of the reward head"""
+    discount_layers: int = 3
+    """hidden layers of the discount head (`pcont`)"""
+    reward_transform: Literal["tanh", "sign", "identity"] = "tanh"
+    """squashing of the rewards that the reward head learns (the paper's discrete-action setting: tanh)"""
+    kl_scale: float = 0.1
+    """scale of the KL loss (beta)"""
+    kl_free: float = 3.0
+    """free nats: the batch-averaged KL is not optimised below this"""
+    discount_scale: float = 10.0
+    """scale of the discount head's loss (`pcont_scale`)"""
+    model_lr: float = 6e-4
+    """world model learning rate"""
+    model_eps: float = 1e-7
+    """world model Adam epsilon (the Keras default of the paper's code)"""
+    model_grad_clip: float = 100.0
+    """world model gradient clipping (global norm)"""
+
+    # Actor-critic
+    imagination_horizon: int = 10
+    """imagined steps from every posterior state"""
+    gamma: float = 0.99
+    """discount"""
+    lmbda: float = 0.95
+    """lambda of the lambda-returns"""
+    actor_lr: float = 8e-5
+    """actor learning rate"""
+    critic_lr: float = 8e-5
+    """critic (value model) learning rate"""
+    ac_eps: float = 1e-7
+    """actor and critic Adam epsilon (the Keras default of the paper's code)"""
+    ac_grad_clip: float = 100.0
+    """actor and critic gradient clipping (global norm)"""
+    actor_layers: int = 4
+    """hidden layers of the actor"""
+    critic_layers: int = 3
+    """hidden layers of the critic"""
+    expl_amount: float = 0.4
+    """epsilon of the epsilon-greedy exploration before the first gradient step"""
+    expl_decay: int = 200_000
+    """epsilon falls linearly from --expl-amount to --expl-min over this many gradient steps (0: stays at the amount)"""
+    expl_min: float = 0.1
+    """epsilon after --expl-decay gradient steps"""
+
+    # to be filled in runtime
+    world_size: int = 1
+    """number of processes (torchrun)"""
+    rank: int = 0
+    """rank of this process"""
+
+
+# flags that fix the networks' shapes or the replay schedule: a checkpoint resumes only with the same values
+RESUME_FLAGS = ("env_id", "grayscale", "num_envs", "deter_size", "hidden_size", "stoch_size", "cnn_depth", "mlp_units",
+                "reward_layers", "discount_layers", "actor_layers", "critic_layers", "batch_size", "batch_length",
+                "buffer_size", "replay_ratio", "learning_starts")  # fmt: skip
+
+
+def fail(message: str):
+    """Stop with one clear line on stderr and exit status 1."""
+    raise SystemExit(f"{os.path.basename(sys.argv[0])}: error: {message}")
+
+
+def is_atari(env_id: str) -> bool:
+    return env_id.startswith("ALE/") or env_id.endswith("NoFrameskip-v4")
+
+
+def make_env(
+    env_id, seed, idx, capture_video, run_name, action_repeat=4, grayscale=False, sticky=0.25, noop_max=30, life_loss=True
+):
+    def thunk():
+        render = {"render_mode": "rgb_array"} if capture_video and idx == 0 else {}
+        if is_atari(env_id):  # episodes end after 108,000 frames (27,000 policy steps): ale-py's default for these ids
+            env = gym.make(env_id, frameskip=1, repeat_action_probability=sticky, **render)
+            env = gym.wrappers.AtariPreprocessing(
+                env,
+                noop_max=noop_max,
+                frame_skip=action_repeat,
+                screen_size=64,
+                terminal_on_life_loss=life_loss,  # a life lost ends the episode; the next reset starts a new game
+                grayscale_obs=grayscale,
+                grayscale_newaxis=True,
+            )
+        else:  # any env with image observations, e.g. the small pixel games of the tests
+            env = gym.make(env_id, **render)
+            if len(env.observation_space.shape) in (2, 3) and env.observation_space.shape[:2] != (64, 64):  # images only
+                env = gym.wrappers.ResizeObservation(env, (64, 64))
+            if len(env.observation_space.shape) == 2:
+                env = gym.wrappers.ReshapeObservation(env, (64, 64, 1))
+        env = gym.wrappers.RecordEpisodeStatistics(env)
+        if capture_video and idx == 0:
+            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
+        env.action_space.seed(seed)
+        return env
+
+    return thunk
+
+
+def check_env(env_id: str):
+    """Refuse env ids this script cannot train on, with one line that says what to do instead."""
+    try:
+        import ale_py
+
+        ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # no banner on stderr
+        gym.register_envs(ale_py)
+    except ImportError:
+        if is_atari(env_id):
+            fail(f"{env_id} needs ale-py, which is not installed: run `pip install -e .[atari]`")
+    if ":" not in env_id and env_id not in gym.registry:
+        close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
+        fail(f"unknown --env-id {env_id!r}" + (f"; did you mean {' or '.join(close)}?" if close else ""))
+    try:
+        env = make_env(env_id, 0, 1, False, "")()
+    except Exception as e:  # a missing ROM, a missing package, a broken environment
+        fail(f"could not create --env-id {env_id}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    obs_space, act_space = env.observation_space, env.action_space
+    env.close()
+    if not (isinstance(obs_space, gym.spaces.Box) and obs_space.dtype == np.uint8 and len(obs_space.shape) == 3):
+        fail(f"--env-id {env_id} has observations {obs_space}; this script needs uint8 image observations")
+    if not isinstance(act_space, gym.spaces.Discrete):
+        fail(
+            f"--env-id {env_id} has a {type(act_space).__name__} action space; this Atari script needs discrete "
+            "actions (use dreamer_v2_dmc.py for continuous control)"
+        )
+
+
+def check_args(args: Args):
+    """Bad flag values end here with one line, before anything is created on disk."""
+    try:
+        Ratio(args.replay_ratio)
+    except ValueError as e:
+        fail(f"--replay-ratio: {e}")
+    if args.replay_ratio > 64:
+        fail(
+            f"--replay-ratio {args.replay_ratio} means {args.replay_ratio:g} gradient steps per policy step; values above "
+            "64 are almost surely a mix-up with Hafner's train ratio (divide it by batch size x batch length)"
+        )
+    positive = (
+        "total_timesteps",
+        "num_envs",
+        "buffer_size",
+        "batch_size",
+        "batch_length",
+        "imagination_horizon",
+        "action_repeat",
+        "deter_size",
+        "hidden_size",
+        "stoch_size",
+        "cnn_depth",
+        "mlp_units",
+        "min_std",
+        "eval_episodes",
+        "log_every",
+    )
+    for key in positive:
+        if getattr(args, key) <= 0:
+            fail(f"--{key.replace('_', '-')} must be positive, got {getattr(args, key)}")
+    negative = ("reward_layers", "discount_layers", "actor_layers", "critic_layers", "learning_starts", "pretrain",
+                "noop_max", "eval_every", "video_every", "checkpoint_every", "kl_free", "expl_decay")  # fmt: skip
+    for key in negative:
+        if getattr(args, key) < 0:
+            fail(f"--{key.replace('_', '-')} cannot be negative, got {getattr(args, key)}")
+    for key in ("tbptt_jump_prob", "expl_amount", "expl_min"):
+        if not 0 <= getattr(args, key) <= 1:
+            fail(f"--{key.replace('_', '-')} must lie in [0, 1], got {getattr(args, key)}")
+    if args.imagination_horizon < 2:
+        fail(f"--imagination-horizon must be at least 2 (the actor learns from steps 1..H-1), got {args.imagination_horizon}")
+    capacity = min(args.buffer_size, args.total_timesteps) // args.num_envs
+    if args.batch_length > capacity:
+        fail(
+            f"--batch-length {args.batch_length} is longer than the replay holds per env ({capacity} steps = "
+            "min(--buffer-size, --total-timesteps) / --num-envs): lower --batch-length or raise --buffer-size"
+        )
+    if args.learning_starts < args.batch_length * args.num_envs * args.world_size:
+        fail(
+            f"--learning-starts {args.learning_starts} is shorter than one sequence per env (--batch-length "
+            f"{args.batch_length} x {args.num_envs * args.world_size} envs = "
+            f"{args.batch_length * args.num_envs * args.world_size} policy steps): raise it"
+        )
+    if args.learning_starts > capacity * args.num_envs * args.world_size:
+        fail(
+            f"--learning-starts {args.learning_starts} is more than the replay can hold "
+            f"({capacity * args.num_envs * args.world_size} policy steps), so training would never start: lower it"
+        )
+
+
+# ALGO LOGIC: helpers
+def transform_reward(reward: torch.Tensor, kind: str) -> torch.Tensor:
+    """The reward head learns tanh(r) on Atari (the paper's `clip_rewards: tanh`); the env's rewards stay unchanged."""
+    return {"tanh": torch.tanh, "sign": torch.sign, "identity": lambda r: r}[kind](reward.float())
+
+
+def gaussian_nll(mean: torch.Tensor, target: torch.Tensor, event_dims: int = 0) -> torch.Tensor:
+    """-log N(target; mean, 1), summed over the last `event_dims` dimensions (the paper's unit-variance heads)."""
+    nll = 0.5 * (mean.float() - target.float()).square() + 0.5 * math.log(2 * math.pi)
+    return nll.sum(list(range(-event_dims, 0))) if event_dims else nll
+
+
+def sample_onehot(logits: torch.Tensor) -> torch.Tensor:
+    """One-hot sample with straight-through gradients: forward is the sample, backward flows through the probs."""
+    probs = F.softmax(logits, -1)
+    index = (logits - torch.log(-torch.log(torch.rand_like(logits).clamp(1e-20, 1.0)))).argmax(-1)  # Gumbel-max
+    sample = torch.zeros_like(probs).scatter_(-1, index[..., None], 1.0)
+    return sample + probs - probs.detach()
+
+
+def gaussian_kl(post: dict, prior: dict) -> torch.Tensor:
+    """KL(post || prior) of diagonal Gaussians [..., stoch] given by their mean and std, summed over the latent -> [...]."""
+    var_ratio = (post["std"].float() / prior["std"].float()).square()
+    mahalanobis = ((post["mean"].float() - prior["mean"].float()) / prior["std"].float()).square()
+    return 0.5 * (var_ratio + mahalanobis - 1 - var_ratio.log()).sum(-1)
+
+
+def gaussian_entropy(std: torch.Tensor) -> torch.Tensor:
+    """Differential entropy of a diagonal Gaussian, summed over the latent: sum 0.5 log(2 pi e std^2)."""
+    return (0.5 * math.log(2 * math.pi * math.e) + std.float().log()).sum(-1)
+
+
+def free_nats_kl(post: dict, prior: dict, free: float) -> torch.Tensor:
+    """The KL term of DreamerV1 (eq. 10 and the free nats of its appendix): KL(post || prior) averaged over the batch,
+    clipped below at `free` nats. Both the posterior and the prior get its gradient (no balancing, no stop-gradient);
+    below `free` the clip passes no gradient at all, so the model spends that much information on the latents freely."""
+    return gaussian_kl(post, prior).mean().clamp(min=free)
+
+
+def lambda_returns(reward, value, discount, lmbda: float) -> torch.Tensor:
+    """TD(lambda) returns of an imagined trajectory (DreamerV1 eq. 6, indexed as in the paper's code), computed backwards:
+
+        V_t = r_t + d_t ((1 - lambda) v_{t+1} + lambda V_{t+1}),   V_H = v_H
+
+    reward r_t and discount d_t (gamma included) belong to state t: [H, N] for steps 0..H-1; value: [H+1, N] for steps
+    0..H. Returns V_0..V_{H-1}: [H, N]."""
+    interm = reward + discount * (1 - lmbda) * value[1:]
+    returns = [value[-1]]
+    for t in reversed(range(reward.shape[0])):
+        returns.append(interm[t] + discount[t] * lmbda * returns[-1])
+    return torch.stack(returns[1:][::-1])
+
+
+def exploration_epsilon(gradient_steps: int, amount: float, decay: int, minimum: float) -> float:
+    """Epsilon of the epsilon-greedy exploration after `gradient_steps` (DreamerV1 appendix A, discrete actions: "linearly
+    scheduled from 0.4 -> 0.1 over the first 200,000 gradient steps"); decay 0 keeps it at `amount`."""
+    return amount + (minimum - amount) * min(gradient_steps / decay, 1.0) if decay else amount
+
+
+class SequenceReplay:
+    """TBPTT sequence replay: per-env ring buffers, sampled as [T, B] chunks (time-major).
+
+    Storage is [capacity, num_envs, ...] and grows one row per vector-env step; frames stay uint8. Each of the B batch
+    rows remembers where it stands (an env and a monotonic step index g). A row continues with the chunk right after its
+    previous one, [g, g + T), so the world model starts it from the row's (detached) last posterior: truncated BPTT.
+    A row restarts from a uniformly random valid position [oldest, newest - T] with a fresh state (is_first forced on
+    its first step) when its next chunk is not fully written yet, when its data was overwritten, with probability
+    `jump_prob`, or always with tbptt=False. So every stored step is replayed: starts are uniform over the buffer,
+    and rows then sweep forward through consecutive steps, across episode boundaries (is_first resets the state).
+    """
+
+    def __init__(self, capacity, num_envs, obs_shape, action_size, batch_size, batch_length, tbptt, jump_prob, seed):
+        self.capacity, self.num_envs = capacity // num_envs, num_envs
+        self.batch_size, self.batch_length, self.tbptt, self.jump_prob = batch_size, batch_length, tbptt, jump_prob
+        self.obs = np.zeros((self.capacity, num_envs, *obs_shape), np.uint8)
+        self.action = np.zeros((self.capacity, num_envs, action_size), np.float32)
+        self.reward = np.zeros((self.capacity, num_envs), np.float32)
+        self.is_first = np.zeros((self.capacity, num_envs), bool)
+        self.is_terminal = np.zeros((self.capacity, num_envs), bool)
+        self.added = 0  # steps added per env, never decreases; step g lives in slot g % capacity
+        self.row_env = np.zeros(batch_size, np.int64)
+        self.row_next = np.full(batch_size, -1, np.int64)  # step index of each row's next chunk; -1: start fresh
+        self.rng = np.random.default_rng(seed)
+
+    def add(self, obs, action, reward, is_first, is_terminal):
+        slot = self.added % self.capacity
+        self.obs[slot], self.action[slot], self.reward[slot] = obs, action, reward
+        self.is_first[slot], self.is_terminal[slot] = is_first, is_terminal
+        self.added += 1
+
+    def __len__(self) -> int:
+        return min(self.added, self.capacity) * self.num_envs
+
+    def can_sample(self) -> bool:
+        return min(self.added, self.capacity) >= self.batch_length
+
+    def sample(self) -> dict:
+        T, B = self.batch_length, self.batch_size
+        oldest, last_start = max(0, self.added - self.capacity), self.added - T
+        keep = (self.row_next >= oldest) & (self.row_next <= last_start) & (self.rng.random(B) >= self.jump_prob)
+        fresh = ~keep if self.tbptt else np.ones(B, bool)
+        self.row_env[fresh] = self.rng.integers(0, self.num_envs, fresh.sum())
+        self.row_next[fresh] = self.rng.integers(oldest, last_start + 1, fresh.sum())
+        slots = (self.row_next[None] + np.arange(T)[:, None]) % self.capacity  # [T, B]
+        envs = self.row_env[None].repeat(T, 0)  # [T, B]
+        batch = dict(
+            obs=self.obs[slots, envs],
+            action=self.action[slots, envs],
+            reward=self.reward[slots, envs],
+            is_first=self.is_first[slots, envs],
+            is_terminal=self.is_terminal[slots, envs],
+        )
+        batch["is_first"][0, fresh] = True  # a fresh row starts from the initial state, whatever the carry holds
+        self.row_next += T
+        return batch
+
+    def state_dict(self, with_data: bool) -> dict:
+        state = dict(
+            added=self.added, row_env=self.row_env.copy(), row_next=self.row_next.copy(), rng=self.rng.bit_generator.state
+        )
+        if with_data:
+            n = min(self.added, self.capacity)
+            for key in ("obs", "action", "reward", "is_first", "is_terminal"):
+                state[key] = torch.from_numpy(getattr(self, key)[:n].copy())
+        return state
+
+    def load_state_dict(self, state: dict):
+        self.rng.bit_generator.state = state["rng"]
+        if "obs" not in state:  # the buffer was not saved: start empty, rows start fresh
+            return
+        self.added, self.row_env[:], self.row_next[:] = state["added"], state["row_env"], state["row_next"]
+        for key in ("obs", "action", "reward", "is_first", "is_terminal"):
+            data = state[key].numpy()
+            getattr(self, key)[: len(data)] = data
+
+
+# ALGO LOGIC: networks
+def init_weights(module: nn.Module):
+    """Glorot uniform weights, orthogonal recurrent weights and zero biases: the Keras defaults of the paper's code."""
+    for m in module.modules():
+        if isinstance(m, (nn.Linear, nn.Conv2d, nn.ConvTranspose2d)):
+            nn.init.xavier_uniform_(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.GRUCell):
+            nn.init.xavier_uniform_(m.weight_ih)
+            nn.init.orthogonal_(m.weight_hh)
+            nn.init.zeros_(m.bias_ih)
+            nn.init.zeros_(m.bias_hh)
+
+
+def dense(in_features: int, out_features: int) -> nn.Sequential:
+    """Linear -> ELU, the building block of every DreamerV1 MLP (no normalisation)."""
+    return nn.Sequential(nn.Linear(in_features, out_features), nn.ELU())
+
+
+class MLP(nn.Module):
+    def __init__(self, in_features: int, out_features: int, units: int, layers: int):
+        super().__init__()
+        sizes = [in_features] + [units] * layers
+        self.hidden = nn.Sequential(*[dense(i, o) for i, o in zip(sizes[:-1], sizes[1:])])
+        self.out = nn.Linear(sizes[-1], out_features)
+        init_weights(self)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.hidden(x))
+
+
+class Encoder(nn.Module):
+    """64x64 image -> embed: four stride-2 4x4 'valid' convs (depth x 1, 2, 4, 8), 64 -> 31 -> 14 -> 6 -> 2, with ReLU."""
+
+    def __init__(self, channels: int, cnn_depth: int):
+        super().__init__()
+        layers, in_ch = [], channels
+        for i in range(4):
+            out_ch = cnn_depth * 2**i
+            layers += [nn.Conv2d(in_ch, out_ch, 4, 2), nn.ReLU()]
+            in_ch = out_ch
+        self.net = nn.Sequential(*layers)
+        self.embed_size = in_ch * 2 * 2
+        init_weights(self)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        lead = obs.shape[:-3]  # [T, B] or [B]
+        x = obs.reshape(-1, *obs.shape[-3:]).float() / 255.0 - 0.5
+        x = self.net(x.contiguous(memory_format=torch.channels_last))
+        return x.reshape(*lead, -1)  # [..., embed]
+
+
+class Decoder(nn.Module):
+    """feat -> 64x64 image mean: a linear layer to 1x1 x 32 depth, then four stride-2 transposed convs with kernels
+    5, 5, 6, 6 (depth x 4, 2, 1, then the image channels), 1 -> 5 -> 13 -> 30 -> 64, with ReLU in between."""
+
+    def __init__(self, feat_size: int, channels: int, cnn_depth: int):
+        super().__init__()
+        self.depth = cnn_depth * 32
+        self.linear = nn.Linear(feat_size, self.depth)
+        layers, in_ch = [], self.depth
+        for i, kernel in enumerate((5, 5, 6)):
+            out_ch = cnn_depth * 2 ** (2 - i)
+            layers += [nn.ConvTranspose2d(in_ch, out_ch, kernel, 2), nn.ReLU()]
+            in_ch = out_ch
+        layers.append(nn.ConvTranspose2d(in_ch, channels, 6, 2))
+        self.net = nn.Sequential(*layers)
+        init_weights(self)
+
+    def forward(self, feat: torch.Tensor) -> torch.Tensor:
+        lead = feat.shape[:-1]
+        x = self.linear(feat.reshape(-1, feat.shape[-1])).reshape(-1, self.depth, 1, 1)
+        x = self.net(x.contiguous(memory_format=torch.channels_last))
+        return (x + 0.5).reshape(*lead, *x.shape[1:])  # [..., C, 64, 64], pixels in [0, 1]
+
+
+class RSSM(nn.Module):
+    """Recurrent state-space model (DreamerV1 eq. 1 and PlaNet), time-major: sequences are [T, B, ...], one step is [B, ...].
+
+        recurrent model:       h_t = f(h_{t-1}, z_{t-1}, a_{t-1})      (a plain GRU cell)
+        representation model:  z_t ~ q(z_t | h_t, x_t)                (post, sees the embedded image x_t)
+        transition model:      z^_t ~ p(z^_t | h_t)                   (prior, used for imagination)
+
+    A state is a dict: deter h_t [B, deter_size], stoch z_t [B, stoch_size] (a reparameterised sample, so gradients flow
+    through it), and the Gaussian's mean and std [B, stoch_size], std = softplus(x) + min_std. The initial state is all
+    zeros. feat = cat(h_t, z_t) feeds every head. How one replayed chunk lines up (row b, t = 0..T-1):
+
+        t          0      1      2      3   ...
+        obs        o_0    o_1    o_2    o_3         o_t: the frame seen at step t
+        reward     r_0    r_1    r_2    r_3         r_t: reward that came with o_t
+        is_first   1      0      0      0           o_t began an episode: reset to the initial state
+        is_term    0      0      0      1           o_t ended the episode by termination (discount target 0)
+        action     a_0    a_1    a_2    a_3         a_t: chosen after seeing o_t
+        obs_step   (h_{-1}, z_{-1}, a_{-1}) + o_0 -> post_0;  (post_0, a_0) + o_1 -> post_1;  ...
+
+    so step t consumes the previous action a_{t-1}; for t = 0 it is the carried one (TBPTT) or zero.
+    """
+
+    def __init__(self, action_size, embed_size, deter_size, stoch_size, hidden_size, min_std):
+        super().__init__()
+        self.deter_size, self.stoch_size, self.min_std = deter_size, stoch_size, min_std
+        self.img_in = dense(stoch_size + action_size, hidden_size)
+        self.gru = nn.GRUCell(hidden_size, deter_size)
+        self.img_out = dense(deter_size, hidden_size)
+        self.img_stats = nn.Linear(hidden_size, 2 * stoch_size)
+        self.obs_out = dense(deter_size + embed_size, hidden_size)
+        self.obs_stats = nn.Linear(hidden_size, 2 * stoch_size)
+        init_weights(self)
+
+    def _gaussian(self, layer: nn.Linear, x: torch.Tensor, deter: torch.Tensor) -> dict:
+        mean, std = layer(x).float().chunk(2, -1)  # [B, stoch] each
+        std = F.softplus(std) + self.min_std
+        return dict(deter=deter, stoch=mean + std * torch.randn_like(std), mean=mean, std=std)
+
+    def initial(self, batch_size: int) -> dict:
+        zeros = lambda size: self.img_stats.weight.new_zeros(batch_size, size)  # noqa: E731
+        stoch = self.stoch_size
+        return dict(deter=zeros(self.deter_size), stoch=zeros(stoch), mean=zeros(stoch), std=zeros(stoch))
+
+    def get_feat(self, state: dict) -> torch.Tensor:
+        return torch.cat([state["deter"], state["stoch"]], -1)  # [..., deter + stoch]
+
+    def img_step(self, prev_state: dict, prev_action: torch.Tensor) -> dict:
+        """Prior step: h_t = GRU(h_{t-1}, MLP(z_{t-1}, a_{t-1})), z^_t ~ p(. | h_t)."""
+        x = self.img_in(torch.cat([prev_state["stoch"], prev_action], -1))
+        deter = self.gru(x, prev_state["deter"].to(x.dtype)).float()  # [B, deter]
+        return self._gaussian(self.img_stats, self.img_out(deter), deter)
+
+    def obs_step(self, prev_state: dict, prev_action: torch.Tensor, embed: torch.Tensor, is_first: torch.Tensor):
+        """Posterior step. Where is_first [B] is set, the previous state and action are replaced by zeros."""
+        first = is_first.bool()[:, None]  # [B, 1]
+        prev_state = {k: torch.where(first, 0.0, v) for k, v in prev_state.items()}
+        prior = self.img_step(prev_state, torch.where(first, 0.0, prev_action))
+        post = self._gaussian(self.obs_stats, self.obs_out(torch.cat([prior["deter"], embed], -1)), prior["deter"])
+        return post, prior
+
+    def observe(self, embed, prev_actions, is_first, state: dict):
+        """Filter a sequence: embed [T, B, E], prev_actions [T, B, A] (a_{t-1}), is_first [T, B] -> post, prior [T, B, ...]."""
+        posts, priors = [], []
+        for t in range(embed.shape[0]):
+            state, prior = self.obs_step(state, prev_actions[t], embed[t], is_first[t])
+            posts.append(state)
+            priors.append(prior)
+        stack = lambda states: {k: torch.stack([s[k] for s in states]) for k in states[0]}  # noqa: E731
+        return stack(posts), stack(priors)
+
+    def imagine(self, actions: torch.Tensor, state: dict) -> dict:
+        """Open-loop prediction with given actions [T, B, A] from a state [B, ...] -> priors [T, B, ...]."""
+        priors = []
+        for t in range(actions.shape[0]):
+            state = self.img_step(state, actions[t])
+            priors.append(state)
+        return {k: torch.stack([s[k] for s in priors]) for k in priors[0]}
+
+
+class WorldModel(nn.Module):
+    def __init__(self, obs_shape, action_size, args: Args):
+        super().__init__()
+        channels = obs_shape[0]
+        self.encoder = Encoder(channels, args.cnn_depth)
+        self.rssm = RSSM(
+            action_size, self.encoder.embed_size, args.deter_size, args.stoch_size, args.hidden_size, args.min_std
+        )
+        feat_size = args.deter_size + args.stoch_size
+        self.decoder = Decoder(feat_size, channels, args.cnn_depth)
+        self.reward = MLP(feat_size, 1, args.mlp_units, args.reward_layers)
+        self.discount = MLP(feat_size, 1, args.mlp_units, args.discount_layers)
+
+
+class Actor(nn.Module):
+    """pi(a_t | s_t): a categorical over the discrete actions, sampled as a straight-through one-hot."""
+
+    def __init__(self, feat_size: int, action_size: int, units: int, layers: int):
+        super().__init__()
+        self.net = MLP(feat_size, action_size, units, layers)
+
+    def forward(self, feat: torch.Tensor) -> torch.Tensor:
+        return F.log_softmax(self.net(feat).float(), -1)  # [..., A] log-probabilities
+
+
+class Critic(nn.Module):
+    """v(s_t), the paper's value model: the mean of a unit-variance Gaussian over the return."""
+
+    def __init__(self, feat_size: int, units: int, layers: int):
+        super().__init__()
+        self.net = MLP(feat_size, 1, units, layers)
+
+    def forward(self, feat: torch.Tensor) -> torch.Tensor:
+        return self.net(feat).squeeze(-1).float()  # [...]
+
+
+# ALGO LOGIC: losses
+def world_model_loss(wm: WorldModel, batch: dict, carry: tuple, scales: dict, args: Args):
+    """Sum of the world model losses on a [T, B] batch (DreamerV1 eq. 10, with the discount head of its Atari section):
+
+        L = image + reward + discount_scale * discount + kl_scale * max(KL[post || prior], free nats)
+
+    image: -log N(o_t; decoder(feat_t), 1) summed over pixels; reward: -log N(r_t; reward(feat_t), 1); discount: the
+    Bernoulli log-loss of the soft target gamma (1 - is_terminal_t); kl: free_nats_kl, batch-averaged, then clipped.
+    Returns (loss, losses, post, new carry, metrics); post is the filtered [T, B] states."""
+    prev_state, prev_action = carry
+    embed = wm.encoder(batch["obs"])  # [T, B, embed]
+    prev_actions = torch.cat([prev_action[None], batch["action"][:-1]], 0)  # [T, B, A]: a_{t-1}
+    post, prior = wm.rssm.observe(embed, prev_actions, batch["is_first"], prev_state)
+    feat = wm.rssm.get_feat(post)  # [T, B, feat]
+    recon = wm.decoder(feat)  # [T, B, C, 64, 64]
+    losses = {
+        "image": gaussian_nll(recon, batch["obs"].float() / 255.0, event_dims=3),
+        "reward": gaussian_nll(wm.reward(feat).squeeze(-1), transform_reward(batch["reward"], args.reward_transform)),
+        "discount": F.binary_cross_entropy_with_logits(
+            wm.discount(feat).squeeze(-1).float(), args.gamma * (1.0 - batch["is_terminal"].float()), reduction="none"
+        ),
+        "kl": free_nats_kl(post, prior, args.kl_free),
+    }
+    assert losses.keys() == scales.keys(), (losses.keys(), scales.keys())
+    loss = sum(scales[k] * v.mean() for k, v in losses.items())
+    new_carry = ({k: v[-1].detach() for k, v in post.items()}, batch["action"][-1])
+    metrics = {
+        "kl_unclipped": gaussian_kl(post, prior).detach().mean(),  # before the free-nats clip
+        "prior_entropy": gaussian_entropy(prior["std"].detach()).mean(),
+        "post_entropy": gaussian_entropy(post["std"].detach()).mean(),
+    }
+    return loss, {k: v.mean() for k, v in losses.items()}, post, new_carry, metrics
+
+
+def imagine(wm: WorldModel, actor: Actor, start: dict, horizon: int) -> torch.Tensor:
+    """Roll the prior forward `horizon` steps from every start state [N, ...], acting with the actor.
+
+        s_0 --a_0--> s_1 --a_1--> ... --a_{H-1}--> s_H,   a_t ~ pi(. | sg(s_t)), a straight-through one-hot
+
+    Returns the feats of s_1..s_H [H, N, feat] (not the start state, as in the paper's code). The graph is kept: the
+    actor learns by backpropagating the imagined returns through these states, the latent samples (reparameterised)
+    and the straight-through actions into its own outputs; its input is detached, so each action is credited only
+    through the states it leads to."""
+    state, feats = start, []
+    for _ in range(horizon):
+        action = sample_onehot(actor(wm.rssm.get_feat(state).detach()))
+        state = wm.rssm.img_step(state, action)
+        feats.append(wm.rssm.get_feat(state))
+    return torch.stack(feats)
+
+
+def actor_critic_loss(wm, critic, feats, start_weight, args: Args):
+    """Actor and critic (value model) losses on an imagined trajectory (DreamerV1 eqs. 6-8, indexed as in its code):
+
+        t          1      2      3           H-1      H
+        state      s_1    s_2    s_3   ...   s_H-1    s_H     s_t: imagined from a posterior state s_0 of the batch
+        reward     r_1    r_2    r_3         r_H-1            r_t = reward(s_t), the reward that came with s_t
+        discount   d_1    d_2    d_3         d_H-1            d_t = sigmoid(discount(s_t)) ~ gamma (1 - terminal)
+        weight     w      w d_1  w d_1 d_2   ...              w = 1 - is_terminal(s_0): no imagining past an end
+        return     V_1    V_2    V_3         V_H-1    v_H     lambda-returns with the critic v itself (no target)
+
+        actor:   -V_t weight_t,                 t = 1..H-1   (gradients through V_t into the dynamics and the actions)
+        critic:  -log N(sg(V_t); v(sg(s_t)), 1) weight_t
+
+    The actor's gradient flows through the reward, discount and critic heads and the imagined states; only the actor's
+    parameters are updated with it (backward_and_clip computes gradients for the given parameters alone)."""
+    reward = wm.reward(feats[:-1]).squeeze(-1).float()  # [H-1, N]
+    discount = torch.sigmoid(wm.discount(feats[:-1]).squeeze(-1).float())  # [H-1, N]
+    value = critic(feats)  # [H, N]
+    returns = lambda_returns(reward, value, discount, args.lmbda)  # [H-1, N]
+    with torch.no_grad():
+        weight = torch.cumprod(torch.cat([torch.ones_like(discount[:1]), discount[:-1]], 0), 0) * start_weight  # [H-1, N]
+    actor_loss = -(returns * weight).mean()
+    critic_loss = (gaussian_nll(critic(feats[:-1].detach()), returns.detach()) * weight).mean()
+    metrics = dict(
+        imagined_return=returns.detach().mean(),
+        imagined_reward=reward.detach().mean(),
+        imagined_discount=discount.detach().mean(),
+        value=value.detach().mean(),
+    )
+    return actor_loss, critic_loss, metrics
+
+
+def backward_and_clip(loss: torch.Tensor, params: list, clip: float) -> torch.Tensor:
+    """Gradients of the loss for `params` only (no other module's .grad is touched), then (under torchrun) averaged over
+    processes, then clipped; returns the grad norm."""
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    grads = [g if g is not None else torch.zeros_like(p) for p, g in zip(params, grads)]
+    if dist.is_initialized():
+        flat = torch.cat([g.flatten() for g in grads])
+        dist.all_reduce(flat)
+        flat /= dist.get_world_size()
+        grads = flat.split([g.numel() for g in grads])
+    for p, g in zip(params, grads):
+        p.grad = g.view_as(p)
+    return nn.utils.clip_grad_norm_(params, clip)
+
+
+@torch.no_grad()
+def act(wm: WorldModel, actor: Actor, state: dict, prev_action, obs, is_first, greedy: bool, epsilon: float = 0.0):
+    """One policy step: filter the new frame into the state, then pick a one-hot action; with probability epsilon (per
+    env) the action is replaced by a uniformly random one (epsilon-greedy exploration, the paper's Atari setting)."""
+    embed = wm.encoder(obs)
+    state, _ = wm.rssm.obs_step(state, prev_action, embed, is_first)
+    log_probs = actor(wm.rssm.get_feat(state))
+    action = F.one_hot(log_probs.argmax(-1), log_probs.shape[-1]).float() if greedy else sample_onehot(log_probs)
+    if epsilon > 0:
+        explore = torch.rand(action.shape[0], device=action.device) < epsilon  # [N]
+        random_action = F.one_hot(torch.randint_like(explore, action.shape[-1], dtype=torch.long), action.shape[-1])
+        action = torch.where(explore[:, None], random_action.float(), action)
+    return state, action
+
+
+@torch.no_grad()
+def dream_video(wm: WorldModel, batch: dict, context: int = 5, rows: int = 6) -> torch.Tensor:
+    """Open-loop video: observe `context` frames, then predict the rest from the actions alone.
+    Returns [1, T, 3, 3 * 64, rows * 64] uint8 with real frames, predictions and error stacked vertically."""
+    obs, action = batch["obs"][:, :rows], batch["action"][:, :rows]  # [T, b, C, H, W], [T, b, A]
+    b = obs.shape[1]
+    is_first = torch.zeros(obs.shape[:2], device=obs.device)
+    is_first[0] = 1
+    prev_actions = torch.cat([torch.zeros_like(action[:1]), action[:-1]], 0)
+    post, _ = wm.rssm.observe(wm.encoder(obs[:context]), prev_actions[:context], is_first[:context], wm.rssm.initial(b))
+    last = {k: v[-1] for k, v in post.items()}
+    prior = wm.rssm.imagine(action[context - 1 : -1], last)  # predicts steps context..T-1
+    feat = torch.cat([wm.rssm.get_feat(post), wm.rssm.get_feat(prior)], 0)
+    model = wm.decoder(feat).float().clamp(0, 1)  # [T, b, C, H, W]
+    truth = obs.float() / 255.0
+    video = torch.cat([truth, model, (model - truth + 1) / 2], -2)  # [T, b, C, 3H, W]
+    video = video.permute(0, 2, 3, 1, 4).reshape(video.shape[0], video.shape[2], video.shape[3], b * video.shape[4])
+    video = video.expand(-1, 3, -1, -1) if video.shape[1] == 1 else video
+    return (video[None] * 255).to(torch.uint8).cpu()
+
+
+def evaluate(wm, actor, env_fn, episodes: int, greedy: bool, device, autocast, seed: int) -> list:
+    """Play `episodes` full episodes in a fresh env and return their returns."""
+    env, returns = env_fn(), []
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=seed if episode == 0 else None)
+        state, action = wm.rssm.initial(1), torch.zeros(1, env.action_space.n, device=device)
+        is_first, done, total = torch.ones(1, device=device), False, 0.0
+        while not done:
+            obs_t = torch.as_tensor(obs, device=device).permute(2, 0, 1)[None]
+            with autocast:
+                state, action = act(wm, actor, state, action, obs_t, is_first, greedy)
+            obs, reward, terminated, truncated, _ = env.step(int(action.argmax()))
+            total, done, is_first = total + float(reward), terminated or truncated, torch.zeros(1, device=device)
+        returns.append(total)
+    env.close()
+    return returns
+
+
+def save_checkpoint(path: str, payload: dict):
+    """Write atomically: a temp file, fsync, then rename over the old checkpoint, so a kill never leaves a broken one."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        torch.save(payload, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: str) -> dict:
+    if not os.path.isfile(path):
+        fail(f"--resume {path}: no such file (pass the runs/<run_name>/checkpoint.pt of an earlier run)")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+    except Exception:
+        fail(f"--resume {path}: the file is truncated or corrupt; resume from an intact checkpoint")
+    if not isinstance(checkpoint, dict) or checkpoint.get("script") != os.path.basename(__file__):
+        owner = checkpoint.get("script", "something else") if isinstance(checkpoint, dict) else "something else"
+        fail(f"--resume {path}: this checkpoint belongs to {owner}, not {os.path.basename(__file__)}")
+    if "replay" not in checkpoint:
+        fail(f"--resume {path}: this is a saved model (--save-model), not a checkpoint; pass runs/<run_name>/checkpoint.pt")
+    return checkpoint
+
+
+def set_malloc_for_speed():
+    """Keep glibc from returning freed activation memory to the OS after every step (docs: Speed)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-1, 2**30)  # M_TRIM_THRESHOLD
+        libc.mallopt(-4, 0)  # M_MMAP_MAX
+    except (OSError, AttributeError):
+        pass
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    args.world_size, args.rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    check_args(args)
+    checkpoint, rank_checkpoint = None, None
+    if args.resume:
+        checkpoint = load_checkpoint(args.resume)
+        mismatch = [k for k in RESUME_FLAGS if checkpoint["args"][k] != getattr(args, k)]
+        if mismatch:
+            fail(
+                f"--resume {args.resume}: the checkpoint was trained with "
+                + ", ".join(f"--{k.replace('_', '-')} {checkpoint['args'][k]}" for k in mismatch)
+                + f" (this run has {', '.join(str(getattr(args, k)) for k in mismatch)}); pass the same values"
+            )
+        if checkpoint["world_size"] != args.world_size:
+            fail(f"--resume {args.resume}: the run used {checkpoint['world_size']} processes; resume with the same number")
+        rank_path = os.path.join(os.path.dirname(args.resume), f"checkpoint.rank{args.rank}.pt")
+        rank_checkpoint = checkpoint if args.rank == 0 else load_checkpoint(rank_path)
+        if rank_checkpoint["global_step"] != checkpoint["global_step"]:
+            fail(f"--resume: {rank_path} is from policy step {rank_checkpoint['global_step']}, {args.resume} from "
+                 f"{checkpoint['global_step']}; the checkpoints of all ranks must come from the same step")  # fmt: skip
+    check_env(args.env_id)
+    if args.cuda and not torch.cuda.is_available():
+        print("warning: --cuda is set but CUDA is not available; running on the CPU", file=sys.stderr)
+    device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() and args.cuda else "cpu")
+    if args.world_size > 1:
+        # a long timeout: the other ranks wait while rank 0 evaluates
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=datetime.timedelta(hours=3))
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+    set_malloc_for_speed()
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}".replace("/", "_")
+    if checkpoint is not None:
+        run_name = checkpoint["run_name"]
+    elif args.world_size > 1:  # every rank writes into rank 0's run directory
+        names = [run_name]
+        dist.broadcast_object_list(names, 0)
+        run_name = names[0]
+    run_dir = f"runs/{run_name}"
+    if checkpoint is None and args.rank == 0 and os.path.exists(run_dir):
+        fail(f"{run_dir} already exists; pick another --exp-name or --seed (or --resume its checkpoint)")
+    if args.rank == 0:  # only rank 0 creates run_dir: other ranks write into it after the weight broadcast below
+        os.makedirs(run_dir, exist_ok=True)
+        if args.track:
+            import wandb
+
+            wandb.init(
+                project=args.wandb_project_name,
+                entity=args.wandb_entity,
+                sync_tensorboard=True,
+                config=vars(args),
+                name=run_name,
+                monitor_gym=True,
+                save_code=True,
+                id=checkpoint.get("wandb_id") if checkpoint else None,
+                resume="allow",
+            )
+        writer = SummaryWriter(run_dir)
+        writer.add_text(
+            "hyperparameters",
+            "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+        )
+    checkpoint_path = f"{run_dir}/checkpoint.pt" if args.rank == 0 else f"{run_dir}/checkpoint.rank{args.rank}.pt"
+
+    # TRY NOT TO MODIFY: seeding
+    random.seed(args.seed + args.rank)
+    np.random.seed(args.seed + args.rank)
+    torch.manual_seed(args.seed + args.rank)  # the initial weights are broadcast from rank 0 below
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+
+    # env setup
+    env_kwargs = dict(
+        action_repeat=args.action_repeat,
+        grayscale=args.grayscale,
+        sticky=args.sticky_actions,
+        noop_max=args.noop_max,
+        life_loss=args.terminal_on_life_loss,
+    )
+    first_env = args.rank * args.num_envs
+    envs = gym.vector.SyncVectorEnv(
+        [
+            make_env(args.env_id, args.seed + first_env + i, first_env + i, args.capture_video, run_name, **env_kwargs)
+            for i in range(args.num_envs)
+        ]
+    )
+    assert isinstance(envs.single_action_space, gym.spaces.Discrete), "only discrete action space is supported"
+    action_size = int(envs.single_action_space.n)
+    obs_shape = envs.single_observation_space.shape[-1:] + envs.single_observation_space.shape[:2]  # [C, H, W]
+
+    # ALGO LOGIC: modules and optimizers
+    wm = WorldModel(obs_shape, action_size, args).to(device)
+    feat_size = args.deter_size + args.stoch_size
+    actor = Actor(feat_size, action_size, args.mlp_units, args.actor_layers).to(device)
+    critic = Critic(feat_size, args.mlp_units, args.critic_layers).to(device)
+    wm.encoder.to(memory_format=torch.channels_last)
+    wm.decoder.to(memory_format=torch.channels_last)
+    if args.world_size > 1:  # every rank starts from rank 0's weights
+        for module in (wm, actor, critic):
+            for tensor in list(module.parameters()) + list(module.buffers()):
+                dist.broadcast(tensor.data, 0)
+    model_opt = torch.optim.Adam(wm.parameters(), lr=args.model_lr, eps=args.model_eps)
+    actor_opt = torch.optim.Adam(actor.parameters(), lr=args.actor_lr, eps=args.ac_eps)
+    critic_opt = torch.optim.Adam(critic.parameters(), lr=args.critic_lr, eps=args.ac_eps)
+    loss_scales = {"image": 1.0, "reward": 1.0, "discount": args.discount_scale, "kl": args.kl_scale}
+    if args.compile:
+        wm.encoder.forward = torch.compile(wm.encoder.forward)
+        wm.decoder.forward = torch.compile(wm.decoder.forward)
+        wm.rssm.img_step = torch.compile(wm.rssm.img_step)
+        wm.rssm.obs_step = torch.compile(wm.rssm.obs_step)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
+    n_params = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    parts = dict(
+        encoder=wm.encoder,
+        rssm=wm.rssm,
+        decoder=wm.decoder,
+        reward=wm.reward,
+        discount=wm.discount,
+        actor=actor,
+        critic=critic,
+    )
+    if args.rank == 0:
+        sizes = ", ".join(
+            f"{k.replace('_size', '')} {getattr(args, k)}"
+            for k in ("deter_size", "hidden_size", "stoch_size", "cnn_depth", "mlp_units")
+        )
+        print(
+            f"model ({sizes}): "
+            + ", ".join(f"{k} {n_params(m) / 1e6:.2f}M" for k, m in parts.items())
+            + f"; total {sum(n_params(m) for m in parts.values()) / 1e6:.2f}M parameters"
+        )
+        print(
+            f"replay ratio {args.replay_ratio:g} (gradient steps per policy step, global) | world size {args.world_size}"
+            f" | batch {args.batch_size} x {args.batch_length} per rank, {args.batch_size * args.world_size} x "
+            f"{args.batch_length} global | Hafner train ratio {args.replay_ratio * args.batch_size * args.batch_length:g}"
+            f" (replayed steps per policy step) | device {device}, precision {args.precision}"
+        )
+        train_every = f"{100 * args.action_repeat / args.replay_ratio:g}" if args.replay_ratio else "never"
+        print(
+            f"in the paper's code's terms (frames = policy steps x action repeat {args.action_repeat}, one env): "
+            f"train_steps 100 every train_every {train_every} frames, prefill {args.learning_starts * args.action_repeat}"
+            f" frames, pretrain {args.pretrain} gradient steps"
+        )
+
+    # replay and the replay-ratio schedule
+    rb = SequenceReplay(
+        min(args.buffer_size, (checkpoint["args"] if checkpoint else asdict(args))["total_timesteps"]),
+        args.num_envs,
+        obs_shape,
+        action_size,
+        args.batch_size,
+        args.batch_length,
+        args.tbptt,
+        args.tbptt_jump_prob,
+        args.seed + args.rank,
+    )
+    ratio = Ratio(args.replay_ratio)
+    global_step, train_policy_steps, gradient_steps, last_eval, last_checkpoint = 0, 0, 0, 0, None
+    carry = (wm.rssm.initial(args.batch_size), torch.zeros(args.batch_size, action_size, device=device))
+    if checkpoint is not None:
+        wm.load_state_dict(checkpoint["wm"])
+        actor.load_state_dict(checkpoint["actor"])
+        critic.load_state_dict(checkpoint["critic"])
+        for opt, key in ((model_opt, "model_opt"), (actor_opt, "actor_opt"), (critic_opt, "critic_opt")):
+            opt.load_state_dict(checkpoint[key])
+        ratio.load_state_dict(checkpoint["ratio"])
+        global_step, train_policy_steps, gradient_steps = (
+            checkpoint[k] for k in ("global_step", "train_policy_steps", "gradient_steps")
+        )
+        last_eval, last_checkpoint = checkpoint["last_eval"], checkpoint["global_step"]
+        rb.load_state_dict(rank_checkpoint["replay"])
+        carry = ({k: v.to(device) for k, v in rank_checkpoint["carry"][0].items()}, rank_checkpoint["carry"][1].to(device))
+        random.setstate(rank_checkpoint["rng"]["python"])
+        np.random.set_state(rank_checkpoint["rng"]["numpy"])
+        torch.set_rng_state(rank_checkpoint["rng"]["torch"].cpu())
+        if device.type == "cuda" and rank_checkpoint["rng"]["cuda"] is not None:
+            torch.cuda.set_rng_state(rank_checkpoint["rng"]["cuda"].cpu())
+        envs.action_space.np_random.bit_generator.state = rank_checkpoint["rng"]["action_space"]
+        print(f"resumed {run_name} at policy step {global_step}, {gradient_steps} gradient steps")
+
+    def make_checkpoint() -> tuple:
+        """(shared state, this rank's state); rank 0 writes both into one file."""
+        rank_state = dict(
+            global_step=global_step,
+            replay=rb.state_dict(args.checkpoint_buffer),
+            carry=carry,
+            rng=dict(
+                python=random.getstate(),
+                numpy=np.random.get_state(),
+                torch=torch.get_rng_state(),
+                cuda=torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+                action_space=envs.action_space.np_random.bit_generator.state,
+            ),
+        )
+        shared = dict(
+            script=os.path.basename(__file__),
+            args=asdict(args),
+            run_name=run_name,
+            world_size=args.world_size,
+            wm=wm.state_dict(),
+            actor=actor.state_dict(),
+            critic=critic.state_dict(),
+            model_opt=model_opt.state_dict(),
+            actor_opt=actor_opt.state_dict(),
+            critic_opt=critic_opt.state_dict(),
+            ratio=ratio.state_dict(),
+            global_step=global_step,
+            train_policy_steps=train_policy_steps,
+            gradient_steps=gradient_steps,
+            last_eval=last_eval,
+            wandb_id=wandb.run.id if args.track and args.rank == 0 else None,
+        )
+        return (dict(shared, **rank_state) if args.rank == 0 else dict(script=shared["script"], **rank_state)), shared
+
+    def write_checkpoint():
+        global last_checkpoint
+        save_checkpoint(checkpoint_path, make_checkpoint()[0])
+        last_checkpoint = global_step
+
+    stop_signal = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: stop_signal.append(signum))
+
+    def all_ranks_agree(flag: bool) -> bool:
+        """True if any rank raised the flag (a stop must happen on every rank at the same step)."""
+        if args.world_size == 1:
+            return flag
+        t = torch.tensor([float(flag)], device=device)
+        dist.all_reduce(t)
+        return bool(t.item() > 0)
+
+    # TRY NOT TO MODIFY: start the game
+    start_time, start_step = time.time(), global_step
+    obs, _ = envs.reset(seed=[args.seed + first_env + i + global_step for i in range(args.num_envs)])
+    is_first = np.ones(args.num_envs, bool)
+    autoreset = np.zeros(args.num_envs, bool)  # NEXT_STEP autoreset: the next step() of these envs resets them
+    reward, is_terminal = np.zeros(args.num_envs, np.float32), np.zeros(args.num_envs, bool)
+    agent_state, prev_action = wm.rssm.initial(args.num_envs), torch.zeros(args.num_envs, action_size, device=device)
+    metrics, episode_returns = {}, []
+    while global_step < args.total_timesteps:
+        # ALGO LOGIC: act
+        obs_t = torch.as_tensor(obs, device=device).permute(0, 3, 1, 2)  # [N, C, H, W]
+        epsilon = exploration_epsilon(gradient_steps, args.expl_amount, args.expl_decay, args.expl_min)
+        with autocast:
+            agent_state, action = act(
+                wm, actor, agent_state, prev_action, obs_t, torch.as_tensor(is_first, device=device), False, epsilon
+            )
+        if global_step < args.learning_starts:  # prefill with random actions
+            action = F.one_hot(torch.randint(action_size, (args.num_envs,), device=device), action_size).float()
+        prev_action = action.float()
+        action_np = action.argmax(-1).cpu().numpy()
+        rb.add(
+            obs.transpose(0, 3, 1, 2),
+            F.one_hot(torch.as_tensor(action_np), action_size).numpy(),
+            reward,
+            is_first,
+            is_terminal,
+        )
+
+        # TRY NOT TO MODIFY: execute the game and log data.
+        obs, reward, terminated, truncated, infos = envs.step(action_np)
+        is_first, autoreset = autoreset, terminated | truncated
+        reward, is_terminal = np.where(is_first, 0.0, reward).astype(np.float32), terminated
+        global_step += args.num_envs * args.world_size
+        if "episode" in infos:
+            for i in np.nonzero(infos["_episode"])[0]:
+                episode_returns.append(float(infos["episode"]["r"][i]))
+                if args.rank == 0:
+                    writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
+                    writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
+
+        # ALGO LOGIC: training, as many gradient steps as the replay ratio asks for
+        if len(rb) * args.world_size >= args.learning_starts and rb.can_sample():
+            if last_checkpoint is None:  # a state from before the first update, should training blow up early
+                write_checkpoint()
+            train_policy_steps += args.num_envs * args.world_size
+            repeats = ratio(train_policy_steps / args.world_size)
+            for _ in range(max(repeats, args.pretrain) if gradient_steps == 0 else repeats):  # the first call pretrains
+                batch = {k: torch.as_tensor(v, device=device) for k, v in rb.sample().items()}
+                with autocast:
+                    wm_loss, losses, post, next_carry, wm_metrics = world_model_loss(wm, batch, carry, loss_scales, args)
+                    # every posterior state starts an imagined trajectory, except those of terminal steps
+                    start = {k: v.detach().flatten(0, 1) for k, v in post.items()}  # [T * B, ...]
+                    start_weight = 1.0 - batch["is_terminal"].float().flatten(0, 1)  # [T * B]
+                    feats = imagine(wm, actor, start, args.imagination_horizon)
+                    actor_loss, critic_loss, ac_metrics = actor_critic_loss(wm, critic, feats, start_weight, args)
+                # as in the paper's code, all three gradients come from the same weights, then all three steps are taken
+                model_grad_norm = backward_and_clip(wm_loss, list(wm.parameters()), args.model_grad_clip)
+                actor_grad_norm = backward_and_clip(actor_loss, list(actor.parameters()), args.ac_grad_clip)
+                critic_grad_norm = backward_and_clip(critic_loss, list(critic.parameters()), args.ac_grad_clip)
+                checks = {
+                    **{f"{k} loss": v for k, v in losses.items()},
+                    "world model gradient": model_grad_norm,
+                    "actor loss": actor_loss + actor_grad_norm,
+                    "critic loss": critic_loss + critic_grad_norm,
+                }
+                if not torch.isfinite(torch.stack([v.float() for v in checks.values()])).all():  # stop before any step
+                    bad = next(k for k, v in checks.items() if not torch.isfinite(v))
+                    last = f"the last checkpoint, from policy step {last_checkpoint}, is {checkpoint_path}"
+                    fail(
+                        f"the {bad} became non-finite at gradient step {gradient_steps} (policy step {global_step}); "
+                        + (last if last_checkpoint is not None else "no checkpoint was written before it")
+                        + "; lower the learning rates"
+                        + (" or use --precision 32" if args.precision == "bf16" else "")
+                    )
+                model_opt.step()
+                actor_opt.step()
+                critic_opt.step()
+                carry = next_carry
+                gradient_steps += args.world_size
+                metrics = dict(
+                    **{f"losses/{k}": v for k, v in losses.items()},
+                    **{f"losses/{k}": v for k, v in wm_metrics.items()},
+                    **{
+                        "losses/model": wm_loss,
+                        "losses/actor": actor_loss,
+                        "losses/critic": critic_loss,
+                        "losses/model_grad_norm": model_grad_norm,
+                        "losses/actor_grad_norm": actor_grad_norm,
+                        "losses/critic_grad_norm": critic_grad_norm,
+                    },
+                    **{f"losses/{k}": v for k, v in ac_metrics.items()},
+                )
+                if args.rank == 0 and args.video_every and (gradient_steps // args.world_size) % args.video_every == 0:
+                    with autocast:
+                        writer.add_video("charts/dream", dream_video(wm, batch), global_step, fps=15)
+
+        # logging, evaluation, checkpoints
+        log_now = global_step % args.log_every < args.num_envs * args.world_size
+        if args.rank == 0 and log_now:
+            sps = (global_step - start_step) / (time.time() - start_time)
+            writer.add_scalar("charts/SPS", sps, global_step)
+            writer.add_scalar("charts/epsilon", epsilon, global_step)
+            if train_policy_steps:
+                writer.add_scalar("charts/replay_ratio", gradient_steps / train_policy_steps, global_step)
+                writer.add_scalar("charts/gradient_steps", gradient_steps, global_step)
+            if metrics:
+                values = torch.stack([v.detach().float() for v in metrics.values()]).cpu().tolist()
+                for key, value in zip(metrics, values):
+                    writer.add_scalar(key, value, global_step)
+            eta = datetime.timedelta(seconds=int((args.total_timesteps - global_step) / sps)) if sps > 0 else "?"
+            recent = f" | return {np.mean(episode_returns[-10:]):.1f}" if episode_returns else ""
+            print(
+                f"step {global_step}/{args.total_timesteps} ({100 * global_step / args.total_timesteps:.0f}%) | SPS {sps:.1f}"
+                f" | gradient steps {gradient_steps} | replay ratio {gradient_steps / max(train_policy_steps, 1):.3f}"
+                f" | ETA {eta}{recent}",
+                flush=True,
+            )
+        done = global_step >= args.total_timesteps
+        if args.eval_every and global_step - last_eval >= args.eval_every or done:
+            last_eval = global_step
+            if args.rank == 0:
+                # evaluation plays whole games, as the paper's Atari setup (life loss ends episodes in training only)
+                eval_fn = make_env(args.env_id, args.seed + 100_000, 1, False, run_name, **dict(env_kwargs, life_loss=False))
+                eval_returns = evaluate(
+                    wm, actor, eval_fn, args.eval_episodes, args.eval_greedy, device, autocast, args.seed + global_step
+                )
+                writer.add_scalar("eval/episodic_return", np.mean(eval_returns), global_step)
+                print(
+                    f"eval at step {global_step}: mean return {np.mean(eval_returns):.2f} over {len(eval_returns)} episodes",
+                    flush=True,
+                )
+        stop = all_ranks_agree(bool(stop_signal))
+        if done or stop or (args.checkpoint_every and global_step % args.checkpoint_every < args.num_envs * args.world_size):
+            write_checkpoint()
+        if stop:
+            if args.rank == 0:
+                launcher = f"torchrun --standalone --nproc_per_node {args.world_size}" if args.world_size > 1 else "python"
+                print(
+                    f"stopped by signal at policy step {global_step}; checkpoint written to {checkpoint_path}\n"
+                    f"resume with: {launcher} {os.path.basename(__file__)} --resume {checkpoint_path} (plus the same flags)"
+                )
+            break
+
+    if args.save_model and args.rank == 0:
+        model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
+        torch.save(make_checkpoint()[1], model_path)
+        print(f"model saved to {model_path}")
+    if args.world_size > 1:  # data parallel must leave the same weights on every rank: compare float64 checksums
+        params = [p for m in (wm, actor, critic) for p in m.parameters()]
+        checksum = torch.stack([torch.stack([p.double().sum(), p.double().square().sum()]) for p in params]).flatten()
+        checksums = [torch.empty_like(checksum) for _ in range(args.world_size)]
+        dist.all_gather(checksums, checksum)
+        if args.rank == 0:
+            if not all(torch.equal(c, checksums[0]) for c in checksums):
+                fail(f"the weights differ across the {args.world_size} ranks after training (a data-parallel bug)")
+            print(f"weights identical on all {args.world_size} ranks")
+    envs.close()
+    if args.rank == 0:
+        writer.close()
+    if dist.is_initialized():
+        dist.barrier()  # leave together: a rank that exits while another still tears down gloo can abort it
+        dist.destroy_process_group()

@@ -631,7 +631,7 @@ def world_model_loss(wm: WorldModel, batch: dict, carry: tuple, scales: dict, ar
 
         L = image + reward + discount_scale * discount + kl_scale * max(KL[post || prior], free nats)
 
-    image: -log N(o_t; decoder(feat_t), 1) summed over pixels; reward: -log N(r_t; reward(feat_t), 1); discount: the
+    image: -log N(o_t; decoder(feat_t), 1) summed over pixels; reward: -log N(tanh(r_t); reward(feat_t), 1); discount: the
     Bernoulli log-loss of the soft target gamma (1 - is_terminal_t); kl: free_nats_kl, batch-averaged, then clipped.
     Returns (loss, losses, post, new carry, metrics); post is the filtered [T, B] states."""
     prev_state, prev_action = carry

@@ -659,21 +659,22 @@ def world_model_loss(wm: WorldModel, batch: dict, carry: tuple, scales: dict, ar
     return loss, {k: v.mean() for k, v in losses.items()}, post, new_carry, metrics
 
 
-def imagine(wm: WorldModel, actor: Actor, start: dict, horizon: int) -> torch.Tensor:
+def imagine(wm: WorldModel, actor: Actor, start: dict, horizon: int) -> tuple:
     """Roll the prior forward `horizon` steps from every start state [N, ...], acting with the actor.
 
         s_0 --a_0--> s_1 --a_1--> ... --a_{H-1}--> s_H,   a_t ~ pi(. | sg(s_t)), a straight-through one-hot
 
-    Returns the feats of s_1..s_H [H, N, feat] (not the start state, as in the paper's code). The graph is kept: the
-    actor learns by backpropagating the imagined returns through these states, the latent samples (reparameterised)
-    and the straight-through actions into its own outputs; its input is detached, so each action is credited only
-    through the states it leads to."""
-    state, feats = start, []
+    Returns the feats of s_1..s_H [H, N, feat] (not the start state, as in the paper's code) and the actor's entropy at
+    s_0..s_H-1 [H, N] (a metric). The graph is kept: the actor learns by backpropagating the imagined returns through
+    these states, the latent samples (reparameterised) and the straight-through actions into its own outputs; its input
+    is detached, so each action is credited only through the states it leads to."""
+    state, feats, entropies = start, [], []
     for _ in range(horizon):
-        action = sample_onehot(actor(wm.rssm.get_feat(state).detach()))
-        state = wm.rssm.img_step(state, action)
+        log_probs = actor(wm.rssm.get_feat(state).detach())
+        state = wm.rssm.img_step(state, sample_onehot(log_probs))
         feats.append(wm.rssm.get_feat(state))
-    return torch.stack(feats)
+        entropies.append(-(log_probs.exp() * log_probs).sum(-1).detach())
+    return torch.stack(feats), torch.stack(entropies)
 
 
 def actor_critic_loss(wm, critic, feats, start_weight, args: Args):
@@ -1089,15 +1090,18 @@ if __name__ == "__main__":
                 write_checkpoint()
             train_policy_steps += args.num_envs * args.world_size
             repeats = ratio(train_policy_steps / args.world_size)
-            for _ in range(max(repeats, args.pretrain) if gradient_steps == 0 else repeats):  # the first call pretrains
+            if gradient_steps == 0 and repeats:  # the first training call pretrains (nothing with --replay-ratio 0)
+                repeats = max(repeats, args.pretrain)
+            for _ in range(repeats):
                 batch = {k: torch.as_tensor(v, device=device) for k, v in rb.sample().items()}
                 with autocast:
                     wm_loss, losses, post, next_carry, wm_metrics = world_model_loss(wm, batch, carry, loss_scales, args)
                     # every posterior state starts an imagined trajectory, except those of terminal steps
                     start = {k: v.detach().flatten(0, 1) for k, v in post.items()}  # [T * B, ...]
                     start_weight = 1.0 - batch["is_terminal"].float().flatten(0, 1)  # [T * B]
-                    feats = imagine(wm, actor, start, args.imagination_horizon)
+                    feats, actor_entropy = imagine(wm, actor, start, args.imagination_horizon)
                     actor_loss, critic_loss, ac_metrics = actor_critic_loss(wm, critic, feats, start_weight, args)
+                    ac_metrics["actor_entropy"] = actor_entropy.mean()
                 # as in the paper's code, all three gradients come from the same weights, then all three steps are taken
                 model_grad_norm = backward_and_clip(wm_loss, list(wm.parameters()), args.model_grad_clip)
                 actor_grad_norm = backward_and_clip(actor_loss, list(actor.parameters()), args.ac_grad_clip)

@@ -76,7 +76,7 @@ def make_step(bench: Bench, precision: str):
             loss, losses, post, carry, _ = v1.world_model_loss(wm, batch, carry, scales, args)
             start = {k: v.detach().flatten(0, 1) for k, v in post.items()}
             start_weight = 1.0 - batch["is_terminal"].float().flatten(0, 1)
-            feats = v1.imagine(wm, actor, start, args.imagination_horizon)
+            feats, _ = v1.imagine(wm, actor, start, args.imagination_horizon)
             actor_loss, critic_loss, _ = v1.actor_critic_loss(wm, critic, feats, start_weight, args)
         v1.backward_and_clip(loss, list(wm.parameters()), args.model_grad_clip)
         v1.backward_and_clip(actor_loss, list(actor.parameters()), args.ac_grad_clip)

@@ -34,7 +34,7 @@ TAGS = ["charts/SPS", "charts/replay_ratio", "charts/gradient_steps", "charts/ep
     f"losses/{k}"
     for k in (
         "image reward discount kl kl_unclipped prior_entropy post_entropy model actor critic model_grad_norm "
-        "actor_grad_norm critic_grad_norm imagined_return imagined_reward imagined_discount value"
+        "actor_grad_norm critic_grad_norm actor_entropy imagined_return imagined_reward imagined_discount value"
     ).split()
 ]
 BANNER = ("A.L.E: ", "[Powered by Stella]")  # ale-py prints these when it loads a ROM

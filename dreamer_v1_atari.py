@@ -2,6 +2,7 @@
 import ctypes
 import datetime
 import difflib
+import glob
 import math
 import os
 import random
@@ -84,7 +85,7 @@ class Args:
     eval_every: int = 250_000
     """evaluate every this many policy steps (and at the end); 0 evaluates only at the end"""
     eval_episodes: int = 1
-    """episodes per evaluation"""
+    """episodes per evaluation (0: no evaluation)"""
     eval_greedy: bool = True
     """evaluate with the most likely action and no exploration, as the paper's code does (--no-eval-greedy samples)"""
     log_every: int = 1_000
@@ -262,14 +263,14 @@ def check_args(args: Args):
         "cnn_depth",
         "mlp_units",
         "min_std",
-        "eval_episodes",
         "log_every",
     )
     for key in positive:
         if getattr(args, key) <= 0:
             fail(f"--{key.replace('_', '-')} must be positive, got {getattr(args, key)}")
     negative = ("reward_layers", "discount_layers", "actor_layers", "critic_layers", "learning_starts", "pretrain",
-                "noop_max", "eval_every", "video_every", "checkpoint_every", "kl_free", "expl_decay")  # fmt: skip
+                "noop_max", "eval_every", "eval_episodes", "video_every", "checkpoint_every", "kl_free",
+                "expl_decay")  # fmt: skip
     for key in negative:
         if getattr(args, key) < 0:
             fail(f"--{key.replace('_', '-')} cannot be negative, got {getattr(args, key)}")
@@ -839,7 +840,7 @@ if __name__ == "__main__":
             fail(f"--resume: {rank_path} is from policy step {rank_checkpoint['global_step']}, {args.resume} from "
                  f"{checkpoint['global_step']}; the checkpoints of all ranks must come from the same step")  # fmt: skip
     check_env(args.env_id)
-    if args.cuda and not torch.cuda.is_available():
+    if "--cuda" in sys.argv[1:] and not torch.cuda.is_available():  # the default --cuda falls back silently
         print("warning: --cuda is set but CUDA is not available; running on the CPU", file=sys.stderr)
     device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() and args.cuda else "cpu")
     if args.world_size > 1:
@@ -869,7 +870,7 @@ if __name__ == "__main__":
                 sync_tensorboard=True,
                 config=vars(args),
                 name=run_name,
-                monitor_gym=True,
+                monitor_gym=False,  # wandb's gym hook breaks gymnasium 1.x's RecordVideo: upload_videos() sends them
                 save_code=True,
                 id=checkpoint.get("wandb_id") if checkpoint else None,
                 resume="allow",
@@ -1039,6 +1040,14 @@ if __name__ == "__main__":
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, frame: stop_signal.append(signum))
 
+    uploaded_videos = set()
+
+    def upload_videos():
+        """With --track --capture-video, send each finished episode video in videos/{run_name} to wandb once."""
+        for path in sorted(set(glob.glob(f"videos/{run_name}/*.mp4")) - uploaded_videos):
+            wandb.log({"videos": wandb.Video(path, format="mp4")})
+            uploaded_videos.add(path)
+
     def all_ranks_agree(flag: bool) -> bool:
         """True if any rank raised the flag (a stop must happen on every rank at the same step)."""
         if args.world_size == 1:
@@ -1048,7 +1057,7 @@ if __name__ == "__main__":
         return bool(t.item() > 0)
 
     # TRY NOT TO MODIFY: start the game
-    start_time, start_step = time.time(), global_step
+    start_time, start_step, start_gradient_steps, train_seconds = time.time(), global_step, gradient_steps, 0.0
     obs, _ = envs.reset(seed=[args.seed + first_env + i + global_step for i in range(args.num_envs)])
     is_first = np.ones(args.num_envs, bool)
     autoreset = np.zeros(args.num_envs, bool)  # NEXT_STEP autoreset: the next step() of these envs resets them
@@ -1088,6 +1097,7 @@ if __name__ == "__main__":
                     writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
 
         # ALGO LOGIC: training, as many gradient steps as the replay ratio asks for
+        train_start = time.time()
         if len(rb) * args.world_size >= args.learning_starts and rb.can_sample():
             if last_checkpoint is None:  # a state from before the first update, should training blow up early
                 write_checkpoint()
@@ -1146,8 +1156,10 @@ if __name__ == "__main__":
                     with autocast:
                         writer.add_video("charts/dream", dream_video(wm, batch), global_step, fps=15)
 
+        train_seconds += time.time() - train_start
+
         # logging, evaluation, checkpoints
-        log_now = global_step % args.log_every < args.num_envs * args.world_size
+        log_now = global_step % args.log_every < args.num_envs * args.world_size or global_step >= args.total_timesteps
         if args.rank == 0 and log_now:
             sps = (global_step - start_step) / (time.time() - start_time)
             writer.add_scalar("charts/SPS", sps, global_step)
@@ -1155,11 +1167,21 @@ if __name__ == "__main__":
             if train_policy_steps:
                 writer.add_scalar("charts/replay_ratio", gradient_steps / train_policy_steps, global_step)
                 writer.add_scalar("charts/gradient_steps", gradient_steps, global_step)
+            if args.track and args.capture_video:
+                upload_videos()
             if metrics:
                 values = torch.stack([v.detach().float() for v in metrics.values()]).cpu().tolist()
                 for key, value in zip(metrics, values):
                     writer.add_scalar(key, value, global_step)
-            eta = datetime.timedelta(seconds=int((args.total_timesteps - global_step) / sps)) if sps > 0 else "?"
+            # ETA: the policy steps left at their measured cost, plus the gradient steps left at theirs
+            done_gradient_steps = gradient_steps - start_gradient_steps
+            if args.replay_ratio and not done_gradient_steps:
+                eta = "starts with training"
+            else:
+                seconds_per_step = (time.time() - start_time - train_seconds) / (global_step - start_step)
+                left = args.replay_ratio * (args.total_timesteps - max(global_step, args.learning_starts))
+                left_seconds = left * train_seconds / done_gradient_steps if done_gradient_steps else 0.0
+                eta = datetime.timedelta(seconds=int((args.total_timesteps - global_step) * seconds_per_step + left_seconds))
             recent = f" | return {np.mean(episode_returns[-10:]):.1f}" if episode_returns else ""
             print(
                 f"step {global_step}/{args.total_timesteps} ({100 * global_step / args.total_timesteps:.0f}%) | SPS {sps:.1f}"
@@ -1168,7 +1190,7 @@ if __name__ == "__main__":
                 flush=True,
             )
         done = global_step >= args.total_timesteps
-        if args.eval_every and global_step - last_eval >= args.eval_every or done:
+        if args.eval_episodes and (args.eval_every and global_step - last_eval >= args.eval_every or done):
             last_eval = global_step
             if args.rank == 0:
                 # evaluation plays whole games, as the paper's Atari setup (life loss ends episodes in training only)
@@ -1206,8 +1228,10 @@ if __name__ == "__main__":
             if not all(torch.equal(c, checksums[0]) for c in checksums):
                 fail(f"the weights differ across the {args.world_size} ranks after training (a data-parallel bug)")
             print(f"weights identical on all {args.world_size} ranks")
-    envs.close()
+    envs.close()  # finishes the last video
     if args.rank == 0:
+        if args.track and args.capture_video:
+            upload_videos()
         writer.close()
     if dist.is_initialized():
         dist.barrier()  # leave together: a rank that exits while another still tears down gloo can abort it

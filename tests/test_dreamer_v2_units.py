@@ -201,6 +201,13 @@ def test_encoder_decoder_shapes():
             sizes.append(x.shape[-1])
         assert sizes[::2] == [5, 13, 30, 64]
         assert dec(torch.zeros(7, 3, 100)).shape == (7, 3, channels, 64, 64)
+        # the first transposed conv, computed as a matrix product, is the same maths as the layers on a 1x1 image
+        feat = torch.randn(5, 100, requires_grad=True)
+        plain = dec.net(dec.linear(feat).reshape(5, -1, 1, 1)) + 0.5
+        torch.testing.assert_close(dec(feat), plain, atol=1e-5, rtol=1e-5)
+        grads = [torch.autograd.grad(y.square().sum(), [feat, dec.net[0].weight]) for y in (dec(feat), plain)]
+        for ours, expected in zip(*grads):
+            torch.testing.assert_close(ours, expected, atol=1e-4, rtol=1e-4)
 
 
 def test_rssm_resets_to_zeros_on_is_first():

@@ -132,9 +132,9 @@ def check_tags_and_ratio(run_dir: Path, target: float = RATIO):
 
 @pytest.fixture(scope="module")
 def pong_runs(tmp_path_factory) -> dict:
-    """Both runs at once: each uses one core. The fp32 run leaves out --no-cuda, to see the CPU fallback warning."""
+    """Both runs at once: each uses one core. The fp32 run asks for --cuda, to see the CPU fallback warning."""
     flags = {
-        "fp32": f"{TINY} --total-timesteps 400 --replay-ratio {RATIO} --video-every 20",
+        "fp32": f"{TINY} --total-timesteps 400 --replay-ratio {RATIO} --video-every 20 --cuda",
         "bf16": f"{TINY} --total-timesteps 400 --replay-ratio {RATIO} --video-every 20 --num-envs 2 --precision bf16 "
         "--capture-video --save-model --no-cuda",
     }
@@ -164,7 +164,7 @@ def test_one_env_fp32(pong_runs):
 
 
 def test_cuda_flag_falls_back_to_cpu_with_a_warning(pong_runs):
-    cwd, result = pong_runs["fp32"]  # run without --no-cuda
+    cwd, result = pong_runs["fp32"]  # run with an explicit --cuda
     assert_ok(result)
     if torch.cuda.is_available():
         assert CUDA_WARNING not in result.stderr and "device cuda" in result.stdout

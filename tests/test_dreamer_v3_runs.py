@@ -4,28 +4,39 @@ video, saved model, TensorBoard tags and the realised replay ratio), torchrun wi
 runs/ directory. Every run happens in its own temporary directory (runs/ and videos/ land there) with the repo root on
 PYTHONPATH for `from ratio import Ratio`."""
 
+import functools
 import glob
 import math
 import os
-import queue
 import re
 import shutil
-import signal
 import subprocess
-import sys
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests import helpers
+from tests.helpers import (
+    CUDA_WARNING,
+    assert_ok,
+    assert_within_5_percent,
+    env_vars,
+    error_lines,
+    only_run_dir,
+    progress_ratio,
+    tensorboard,
+)
+
 pytest.importorskip("ale_py")
 pytest.importorskip("tensorboard")
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = str(ROOT / "dreamer_v3_atari.py")
+SCRIPT = "dreamer_v3_atari.py"
+command = functools.partial(helpers.command, SCRIPT)
+run = functools.partial(helpers.run, SCRIPT)
+assert_one_error_line = functools.partial(helpers.assert_one_error_line, SCRIPT)
+run_until_training_then_sigterm = functools.partial(helpers.run_until_training_then_sigterm, SCRIPT)
 TINY = (
     "--learning-starts 128 --batch-size 4 --batch-length 16 --deter-size 32 --hidden-size 32 --cnn-depth 4 "
     "--mlp-units 32 --mlp-layers 1 --stoch-size 4 --classes 4 --eval-episodes 1 --log-every 100"
@@ -48,73 +59,6 @@ TAGS = [
     "charts/return_scale",
     "eval/episodic_return",
 ]
-BANNER = ("A.L.E: ", "[Powered by Stella]")  # ale-py prints these when it loads a ROM
-CUDA_WARNING = "warning: --cuda is set but CUDA is not available; running on the CPU"
-
-
-def env_vars() -> dict:
-    # One OpenMP thread per process: the networks are tiny, and on 2 shared cores several processes whose OpenMP threads
-    # spin against each other run 5-10x slower.
-    pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    return dict(os.environ, PYTHONPATH=pythonpath, OMP_NUM_THREADS="1")
-
-
-def command(flags: str, launcher: tuple = ()) -> list:
-    return [sys.executable, *launcher, SCRIPT, *flags.split()]
-
-
-def run(flags: str, cwd: Path, launcher: tuple = (), timeout: int = 600) -> subprocess.CompletedProcess:
-    cwd.mkdir(parents=True, exist_ok=True)
-    return subprocess.run(command(flags, launcher), cwd=cwd, env=env_vars(), capture_output=True, text=True, timeout=timeout)
-
-
-def assert_ok(result: subprocess.CompletedProcess):
-    assert result.returncode == 0, f"{' '.join(result.args)}\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
-    assert "Traceback" not in result.stderr
-
-
-def only_run_dir(cwd: Path) -> Path:
-    dirs = glob.glob(str(cwd / "runs" / "*"))
-    assert len(dirs) == 1, dirs
-    return Path(dirs[0])
-
-
-def tensorboard(run_dir: Path) -> tuple:
-    """({scalar tag: [values]}, [image tags]) of every event file in run_dir."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    ea = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "images": 1})
-    ea.Reload()
-    scalars = {tag: [e.value for e in ea.Scalars(tag)] for tag in ea.Tags()["scalars"]}
-    return scalars, ea.Tags()["images"]
-
-
-def progress_ratio(stdout: str) -> float:
-    return float(re.findall(r"\| replay ratio ([0-9.]+) \|", stdout)[-1])
-
-
-def error_lines(result: subprocess.CompletedProcess) -> list:
-    return [line for line in result.stderr.splitlines() if line.strip() and not line.startswith(BANNER)]
-
-
-def assert_one_error_line(result: subprocess.CompletedProcess, cwd: Path, *needles: str) -> str:
-    """Non-zero exit, no traceback, exactly one line on stderr that contains every needle, no runs/ directory."""
-    output = result.stdout + result.stderr
-    assert result.returncode != 0, output
-    assert "Traceback" not in output, output
-    lines = error_lines(result)
-    assert len(lines) == 1, lines
-    line = lines[0]
-    assert line.startswith("dreamer_v3_atari.py: error: "), line
-    for needle in needles:
-        assert needle in line, (needle, line)
-    assert not (cwd / "runs").exists(), "a failed start must not create runs/"
-    print(line)
-    return line
-
-
-def assert_within_5_percent(realised: float, target: float):
-    assert abs(realised - target) <= 0.05 * target, (realised, target)
 
 
 def check_tags_and_ratio(run_dir: Path, target: float = RATIO):
@@ -226,33 +170,6 @@ RESUME_FLAGS = (
     f"{TINY} --num-envs 2 --checkpoint-buffer --total-timesteps 1200 --checkpoint-every 200 --replay-ratio {RESUME_RATIO} "
     "--no-cuda"
 )
-
-
-def run_until_training_then_sigterm(flags: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Start the script, wait for a progress line with gradient steps > 0, send SIGTERM, and collect the rest."""
-    proc = subprocess.Popen(command(flags), cwd=cwd, env=env_vars(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
-    lines: queue.Queue = queue.Queue()
-    reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout] + [lines.put(None)], daemon=True)
-    reader.start()
-    stdout, deadline = [], time.time() + timeout
-    try:
-        while True:
-            line = lines.get(timeout=max(deadline - time.time(), 0.1))
-            assert line is not None, "the run ended before training started:\n" + "".join(stdout) + proc.stderr.read()
-            stdout.append(line)
-            match = re.search(r"\| gradient steps (\d+) \|", line)
-            if match and int(match[1]) > 0:
-                proc.send_signal(signal.SIGTERM)
-                break
-        proc.wait(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    reader.join(timeout=10)
-    while (line := lines.get_nowait() if not lines.empty() else None) is not None:
-        stdout.append(line)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(stdout), proc.stderr.read())
 
 
 def test_sigterm_then_resume(tmp_path: Path):

@@ -6,22 +6,17 @@ import and runs/ lands there.
 DREAMER_LEARNING_SEED (default 1) picks the training seed, to check that the test is not flaky; with one OpenMP thread a
 seed gives the same figures on every run."""
 
-import glob
 import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-import gymnasium as gym
 import numpy as np
 import pytest
 
+from tests.helpers import random_policy_mean, train_catch
+
 pytest.importorskip("tensorboard")
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = str(ROOT / "dreamer_v3_atari.py")
-ENV_ID = "tests.catch_env:Catch-v0"
+SCRIPT = "dreamer_v3_atari.py"
 # A small model, a high replay ratio for the few steps and learning rates higher than the paper's (which are meant for
 # 100k steps of Atari): about 870 gradient steps on batches of 8 x 16, 2-3 minutes on 2 shared cores. The entropy bonus
 # is raised from 3e-4: with it, the actor often settled on one action while the world model still knew little (after
@@ -41,48 +36,10 @@ TRAIN_MARGIN = 0.3
 EVAL_MARGIN = 0.5
 
 
-def random_policy_mean(episodes: int = RANDOM_EPISODES, seed: int = 0) -> float:
-    import tests.catch_env  # noqa: F401  registers Catch-v0
-
-    env, rng, returns = gym.make("Catch-v0"), np.random.default_rng(seed), []
-    for episode in range(episodes):
-        env.reset(seed=seed + episode)
-        done, total = False, 0.0
-        while not done:
-            _, reward, terminated, truncated, _ = env.step(int(rng.integers(env.action_space.n)))
-            total, done = total + reward, terminated or truncated
-        returns.append(total)
-    env.close()
-    return float(np.mean(returns))
-
-
-def train_catch(cwd: Path, extra_flags: str = "", seed: int = 1) -> dict:
-    """Run the script on Catch in cwd; returns the training returns, the final evaluation's mean and the wall time."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    # One OpenMP thread: the networks are tiny, and on 2 shared cores a 2-thread pool that spins against other
-    # processes made each small op 10x slower.
-    env = dict(os.environ, PYTHONPATH=pythonpath, OMP_NUM_THREADS="1")
-    command = [sys.executable, SCRIPT, "--env-id", ENV_ID, "--seed", str(seed), "--no-cuda", *FLAGS.split(),
-               *extra_flags.split()]  # fmt: skip
-    start = time.time()
-    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
-    wall = time.time() - start
-    assert result.returncode == 0, f"{' '.join(command)}\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
-    run_dirs = glob.glob(str(cwd / "runs" / "*"))
-    assert len(run_dirs) == 1, run_dirs
-    ea = EventAccumulator(run_dirs[0], size_guidance={"scalars": 0})
-    ea.Reload()
-    train = [e.value for e in ea.Scalars("charts/episodic_return")]
-    evals = [e.value for e in ea.Scalars("eval/episodic_return")]
-    return dict(train=train, eval=evals[-1], wall=wall, stdout=result.stdout)
-
-
 def test_catch_learns(tmp_path: Path):
     seed = int(os.environ.get("DREAMER_LEARNING_SEED", 1))
-    random_mean = random_policy_mean()
-    run = train_catch(tmp_path, seed=seed)
+    random_mean = random_policy_mean(RANDOM_EPISODES)
+    run = train_catch(SCRIPT, FLAGS, tmp_path, seed=seed)
     assert len(run["train"]) >= 2 * LAST_EPISODES, len(run["train"])
     last_mean = float(np.mean(run["train"][-LAST_EPISODES:]))
     figures = (

@@ -7,15 +7,14 @@ nothing. The three scripts run at once, one core each, each in its own temporary
 import glob
 import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+
+from tests.helpers import command, env_vars
 
 pytest.importorskip("wandb")
 pytest.importorskip("tensorboard")
 
-ROOT = Path(__file__).resolve().parent.parent
 COMMON = (
     "--env-id tests.catch_env:Catch-v0 --track --capture-video --no-cuda --total-timesteps 300 --learning-starts 128 "
     "--batch-size 4 --batch-length 16 --deter-size 32 --hidden-size 32 --cnn-depth 4 --mlp-units 32 --stoch-size 4 "
@@ -30,14 +29,12 @@ SIZES = {
 
 @pytest.fixture(scope="module")
 def tracked_runs(tmp_path_factory) -> dict:
-    pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    env = dict(os.environ, PYTHONPATH=pythonpath, OMP_NUM_THREADS="1", WANDB_MODE="offline", WANDB_SILENT="true")
+    env = env_vars(WANDB_MODE="offline", WANDB_SILENT="true")
     procs = {}
     for script, sizes in SIZES.items():
         cwd = tmp_path_factory.mktemp(script[: -len(".py")])
-        command = [sys.executable, str(ROOT / script), *COMMON.split(), *sizes.split()]
-        procs[script] = (cwd, subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                               text=True))  # fmt: skip
+        procs[script] = (cwd, subprocess.Popen(command(script, f"{COMMON} {sizes}"), cwd=cwd, env=env,
+                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))  # fmt: skip
     results = {}
     for script, (cwd, proc) in procs.items():
         stdout, stderr = proc.communicate(timeout=600)

@@ -1,0 +1,147 @@
+"""What the script tests share: running a dreamer script as a subprocess in a temporary directory (runs/ and videos/ land
+there, the repo root on PYTHONPATH for `from ratio import Ratio` and `tests.catch_env`), reading its TensorBoard scalars
+and progress lines, checking the one-line errors of bad input, stopping it with SIGTERM, and training it on Catch."""
+
+import glob
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+BANNER = ("A.L.E: ", "[Powered by Stella]")  # ale-py prints these when it loads a ROM
+CUDA_WARNING = "warning: --cuda is set but CUDA is not available; running on the CPU"
+
+
+def env_vars(**extra: str) -> dict:
+    # One OpenMP thread per process: the networks are tiny, and on 2 shared cores several processes whose OpenMP threads
+    # spin against each other run 5-10x slower.
+    pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    return dict(os.environ, PYTHONPATH=pythonpath, OMP_NUM_THREADS="1", **extra)
+
+
+def command(script: str, flags: str, launcher: tuple = ()) -> list:
+    return [sys.executable, *launcher, str(ROOT / script), *flags.split()]
+
+
+def run(script: str, flags: str, cwd: Path, launcher: tuple = (), timeout: int = 600) -> subprocess.CompletedProcess:
+    cwd.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(
+        command(script, flags, launcher), cwd=cwd, env=env_vars(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def assert_ok(result: subprocess.CompletedProcess):
+    assert result.returncode == 0, f"{' '.join(result.args)}\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    assert "Traceback" not in result.stderr
+
+
+def only_run_dir(cwd: Path) -> Path:
+    dirs = glob.glob(str(cwd / "runs" / "*"))
+    assert len(dirs) == 1, dirs
+    return Path(dirs[0])
+
+
+def tensorboard(run_dir: Path) -> tuple:
+    """({scalar tag: [values]}, [image tags]) of every event file in run_dir."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    ea = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "images": 1})
+    ea.Reload()
+    return {tag: [e.value for e in ea.Scalars(tag)] for tag in ea.Tags()["scalars"]}, ea.Tags()["images"]
+
+
+def progress_ratio(stdout: str) -> float:
+    return float(re.findall(r"\| replay ratio ([0-9.]+) \|", stdout)[-1])
+
+
+def assert_within_5_percent(realised: float, target: float):
+    assert abs(realised - target) <= 0.05 * target, (realised, target)
+
+
+def error_lines(result: subprocess.CompletedProcess) -> list:
+    return [line for line in result.stderr.splitlines() if line.strip() and not line.startswith(BANNER)]
+
+
+def assert_one_error_line(script: str, result: subprocess.CompletedProcess, cwd: Path, *needles: str) -> str:
+    """Non-zero exit, no traceback, exactly one line on stderr that contains every needle, no runs/ directory."""
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and "Traceback" not in output, output
+    lines = error_lines(result)
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"{script}: error: "), lines[0]
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    assert not (cwd / "runs").exists(), "a failed start must not create runs/"
+    print(lines[0])
+    return lines[0]
+
+
+def run_until_training_then_sigterm(script: str, flags: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Start the script, wait for a progress line with gradient steps > 0, send SIGTERM, and collect the rest."""
+    proc = subprocess.Popen(command(script, flags), cwd=cwd, env=env_vars(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    lines: queue.Queue = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout] + [lines.put(None)], daemon=True)
+    reader.start()
+    stdout, deadline = [], time.time() + timeout
+    try:
+        while True:
+            line = lines.get(timeout=max(deadline - time.time(), 0.1))
+            assert line is not None, "the run ended before training started:\n" + "".join(stdout) + proc.stderr.read()
+            stdout.append(line)
+            if re.search(r"\| gradient steps [1-9]\d* \|", line):
+                proc.send_signal(signal.SIGTERM)
+                break
+        proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    reader.join(timeout=10)
+    while (line := lines.get_nowait() if not lines.empty() else None) is not None:
+        stdout.append(line)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(stdout), proc.stderr.read())
+
+
+# ---------------------------------------------------------------- the learning tests on Catch
+
+CATCH = "tests.catch_env:Catch-v0"
+
+
+def random_policy_mean(episodes: int = 2000, seed: int = 0) -> float:
+    """Mean return of uniformly random actions on Catch (about -0.59)."""
+    import tests.catch_env  # noqa: F401  registers Catch-v0
+
+    env, rng, returns = gym.make("Catch-v0"), np.random.default_rng(seed), []
+    for episode in range(episodes):
+        env.reset(seed=seed + episode)
+        done, total = False, 0.0
+        while not done:
+            _, reward, terminated, truncated, _ = env.step(int(rng.integers(env.action_space.n)))
+            total, done = total + reward, terminated or truncated
+        returns.append(total)
+    env.close()
+    return float(np.mean(returns))
+
+
+def train_catch(script: str, flags: str, cwd: Path, seed: int = 1) -> dict:
+    """Run the script on Catch in cwd; returns the training returns, the final evaluation's mean and the wall time."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    start = time.time()
+    result = run(script, f"--env-id {CATCH} --seed {seed} --no-cuda {flags}", cwd, timeout=900)
+    wall = time.time() - start
+    assert_ok(result)
+    ea = EventAccumulator(str(only_run_dir(cwd)), size_guidance={"scalars": 0})
+    ea.Reload()
+    train = [e.value for e in ea.Scalars("charts/episodic_return")]
+    evals = [e.value for e in ea.Scalars("eval/episodic_return")]
+    return dict(train=train, eval=evals[-1], wall=wall, stdout=result.stdout)

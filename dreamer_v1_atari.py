@@ -33,7 +33,7 @@ class Args:
     torch_deterministic: bool = True
     """sets `torch.backends.cudnn.deterministic=True` (turn off with --no-torch-deterministic)"""
     cuda: bool = True
-    """use CUDA when it is available (falls back to CPU with a warning)"""
+    """use CUDA when it is available (falls back to the CPU, with a warning when --cuda is typed)"""
     track: bool = False
     """if toggled, this experiment will be tracked with Weights and Biases"""
     wandb_project_name: str = "cleanRL"
@@ -330,11 +330,12 @@ def gaussian_entropy(std: torch.Tensor) -> torch.Tensor:
     return (0.5 * math.log(2 * math.pi * math.e) + std.float().log()).sum(-1)
 
 
-def free_nats_kl(post: dict, prior: dict, free: float) -> torch.Tensor:
-    """The KL term of DreamerV1 (eq. 10 and the free nats of its appendix): KL(post || prior) averaged over the batch,
-    clipped below at `free` nats. Both the posterior and the prior get its gradient (no balancing, no stop-gradient);
-    below `free` the clip passes no gradient at all, so the model spends that much information on the latents freely."""
-    return gaussian_kl(post, prior).mean().clamp(min=free)
+def free_nats_kl(kl: torch.Tensor, free: float) -> torch.Tensor:
+    """The KL term of DreamerV1 (eq. 10 and the free nats of its appendix): the KL(post || prior) of every step [...]
+    averaged over the batch, clipped below at `free` nats. Both the posterior and the prior get its gradient (no
+    balancing, no stop-gradient); below `free` the clip passes no gradient at all, so the model spends that much
+    information on the latents freely."""
+    return kl.mean().clamp(min=free)
 
 
 def lambda_returns(reward, value, discount, lmbda: float) -> torch.Tensor:
@@ -644,19 +645,20 @@ def world_model_loss(wm: WorldModel, batch: dict, carry: tuple, scales: dict, ar
     post, prior = wm.rssm.observe(embed, prev_actions, batch["is_first"], prev_state)
     feat = wm.rssm.get_feat(post)  # [T, B, feat]
     recon = wm.decoder(feat)  # [T, B, C, 64, 64]
+    kl = gaussian_kl(post, prior)  # [T, B]
     losses = {
         "image": gaussian_nll(recon, batch["obs"].float() / 255.0, event_dims=3),
         "reward": gaussian_nll(wm.reward(feat).squeeze(-1), transform_reward(batch["reward"], args.reward_transform)),
         "discount": F.binary_cross_entropy_with_logits(
             wm.discount(feat).squeeze(-1).float(), args.gamma * (1.0 - batch["is_terminal"].float()), reduction="none"
         ),
-        "kl": free_nats_kl(post, prior, args.kl_free),
+        "kl": free_nats_kl(kl, args.kl_free),
     }
     assert losses.keys() == scales.keys(), (losses.keys(), scales.keys())
     loss = sum(scales[k] * v.mean() for k, v in losses.items())
     new_carry = ({k: v[-1].detach() for k, v in post.items()}, batch["action"][-1])
     metrics = {
-        "kl_unclipped": gaussian_kl(post, prior).detach().mean(),  # before the free-nats clip
+        "kl_unclipped": kl.detach().mean(),  # before the free-nats clip
         "prior_entropy": gaussian_entropy(prior["std"].detach()).mean(),
         "post_entropy": gaussian_entropy(post["std"].detach()).mean(),
     }

@@ -34,7 +34,7 @@ class Args:
     torch_deterministic: bool = True
     """sets `torch.backends.cudnn.deterministic=True` (turn off with --no-torch-deterministic)"""
     cuda: bool = True
-    """use CUDA when it is available (falls back to CPU with a warning)"""
+    """use CUDA when it is available (falls back to the CPU, with a warning when --cuda is typed)"""
     track: bool = False
     """if toggled, this experiment will be tracked with Weights and Biases"""
     wandb_project_name: str = "cleanRL"

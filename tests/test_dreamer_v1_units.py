@@ -72,7 +72,7 @@ def test_free_nats_pass_no_gradient_below_the_threshold():
     post, prior = gaussians(spread=0.05)  # close distributions: a KL well under 3 nats
     kl = v1.gaussian_kl(post, prior).mean()
     assert 0 < kl.item() < 3.0
-    loss = v1.free_nats_kl(post, prior, free=3.0)
+    loss = v1.free_nats_kl(v1.gaussian_kl(post, prior), free=3.0)
     assert loss.item() == pytest.approx(3.0)
     grads = torch.autograd.grad(loss, [post["mean"], post["std"], prior["mean"], prior["std"]])
     assert all(g.abs().max() == 0 for g in grads)
@@ -83,7 +83,7 @@ def test_above_the_threshold_both_sides_get_the_full_kl_gradient():
     post, prior = gaussians(spread=3.0)
     plain = v1.gaussian_kl(post, prior).mean()
     assert plain.item() > 3.0
-    loss = v1.free_nats_kl(post, prior, free=3.0)
+    loss = v1.free_nats_kl(v1.gaussian_kl(post, prior), free=3.0)
     torch.testing.assert_close(loss, plain)
     tensors = [post["mean"], post["std"], prior["mean"], prior["std"]]
     for ours, expected in zip(torch.autograd.grad(loss, tensors), torch.autograd.grad(plain, tensors)):
@@ -99,7 +99,7 @@ def test_free_nats_clip_the_batch_average_not_each_step():
         post["mean"][0] += 10.0
     per_step = v1.gaussian_kl(post, prior)
     assert per_step[0] > 12 and (per_step[1:] < 3).all()
-    grad = torch.autograd.grad(v1.free_nats_kl(post, prior, 3.0), post["mean"])[0]
+    grad = torch.autograd.grad(v1.free_nats_kl(v1.gaussian_kl(post, prior), 3.0), post["mean"])[0]
     assert (grad[1:].abs().sum(-1) > 0).all()
 
 
@@ -188,10 +188,8 @@ def test_straight_through_one_hot():
     torch.testing.assert_close(sample.detach().mean(0), F.softmax(logits[0].detach(), -1), atol=0.01, rtol=0)
     weights = torch.tensor([1.0, 2.0, 3.0])
     (grad,) = torch.autograd.grad((sample * weights).sum(), logits)
-    probs = F.softmax(logits.detach(), -1)
     (expected,) = torch.autograd.grad((F.softmax(logits, -1) * weights).sum(), logits)  # the gradient of the probs
     torch.testing.assert_close(grad, expected)
-    assert probs.shape == grad.shape
 
 
 def test_epsilon_falls_linearly_from_0_4_to_0_1_over_200k_gradient_steps():

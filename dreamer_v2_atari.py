@@ -95,6 +95,8 @@ class Args:
     """also store the replay buffer in checkpoints, so a resumed run loses no data"""
     resume: Optional[str] = None
     """path of a checkpoint.pt to continue from (same run directory, step count and replay schedule)"""
+    eval_model: Optional[str] = None
+    """path of a saved model (--save-model) or checkpoint.pt to watch: plays --eval-episodes episodes, trains nothing"""
 
     # World model
     deter_size: int = 600
@@ -163,6 +165,9 @@ class Args:
 RESUME_FLAGS = ("env_id", "grayscale", "num_envs", "deter_size", "hidden_size", "cnn_depth", "mlp_units",
                 "mlp_layers", "stoch_size", "classes", "batch_size", "batch_length", "buffer_size",
                 "replay_ratio", "learning_starts")  # fmt: skip
+# with --eval-model these flags come from the command line, every other one from the saved model
+EVAL_FLAGS = ("exp_name", "seed", "torch_deterministic", "cuda", "track", "wandb_project_name", "wandb_entity",
+              "capture_video", "precision", "compile", "eval_episodes", "eval_greedy", "eval_model")  # fmt: skip
 
 
 def fail(message: str):
@@ -795,17 +800,19 @@ def save_checkpoint(path: str, payload: dict):
     os.replace(tmp, path)
 
 
-def load_checkpoint(path: str) -> dict:
+def load_checkpoint(path: str, flag: str = "--resume") -> dict:
+    """A checkpoint for --resume; a checkpoint or a saved model (--save-model) for --eval-model."""
+    wanted = "runs/<run_name>/checkpoint.pt" if flag == "--resume" else "runs/<run_name>/<exp_name>.cleanrl_model"
     if not os.path.isfile(path):
-        fail(f"--resume {path}: no such file (pass the runs/<run_name>/checkpoint.pt of an earlier run)")
+        fail(f"{flag} {path}: no such file (pass the {wanted} of an earlier run)")
     try:
         checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
     except Exception:
-        fail(f"--resume {path}: the file is truncated or corrupt; resume from an intact checkpoint")
+        fail(f"{flag} {path}: the file is truncated or corrupt; pass an intact {wanted}")
     if not isinstance(checkpoint, dict) or checkpoint.get("script") != os.path.basename(__file__):
         owner = checkpoint.get("script", "something else") if isinstance(checkpoint, dict) else "something else"
-        fail(f"--resume {path}: this checkpoint belongs to {owner}, not {os.path.basename(__file__)}")
-    if "replay" not in checkpoint:
+        fail(f"{flag} {path}: this file belongs to {owner}, not {os.path.basename(__file__)}")
+    if flag == "--resume" and "replay" not in checkpoint:
         fail(f"--resume {path}: this is a saved model (--save-model), not a checkpoint; pass runs/<run_name>/checkpoint.pt")
     return checkpoint
 
@@ -824,6 +831,16 @@ if __name__ == "__main__":
     args = tyro.cli(Args)
     args.world_size, args.rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    saved = None
+    if args.eval_model:  # watch a saved agent with the network and env flags it was trained with
+        if args.resume or args.world_size > 1:
+            fail("--eval-model watches a saved agent in one process: run it with python and without --resume")
+        if not args.eval_episodes:
+            fail("--eval-model plays --eval-episodes episodes: pass a positive number")
+        saved = load_checkpoint(args.eval_model, "--eval-model")
+        for key, value in saved["args"].items():
+            if key not in EVAL_FLAGS:
+                setattr(args, key, value)
     check_args(args)
     checkpoint, rank_checkpoint = None, None
     if args.resume:
@@ -852,7 +869,7 @@ if __name__ == "__main__":
         if device.type == "cuda":
             torch.cuda.set_device(device)
     set_malloc_for_speed()
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}".replace("/", "_")
+    run_name = f"{args.env_id}__{args.exp_name}{'-eval' if saved else ''}__{args.seed}__{int(time.time())}".replace("/", "_")
     if checkpoint is not None:
         run_name = checkpoint["run_name"]
     elif args.world_size > 1:  # every rank writes into rank 0's run directory
@@ -884,6 +901,13 @@ if __name__ == "__main__":
             "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
         )
     checkpoint_path = f"{run_dir}/checkpoint.pt" if args.rank == 0 else f"{run_dir}/checkpoint.rank{args.rank}.pt"
+    uploaded_videos = set()
+
+    def upload_videos():
+        """With --track --capture-video, send each finished episode video in videos/{run_name} to wandb once."""
+        for path in sorted(set(glob.glob(f"videos/{run_name}/*.mp4")) - uploaded_videos):
+            wandb.log({"videos": wandb.Video(path, format="mp4")})
+            uploaded_videos.add(path)
 
     # TRY NOT TO MODIFY: seeding
     random.seed(args.seed + args.rank)
@@ -896,9 +920,10 @@ if __name__ == "__main__":
         action_repeat=args.action_repeat, grayscale=args.grayscale, sticky=args.sticky_actions, noop_max=args.noop_max
     )
     first_env = args.rank * args.num_envs
+    train_video = args.capture_video and not saved  # --eval-model records its evaluation env instead
     envs = gym.vector.SyncVectorEnv(
         [
-            make_env(args.env_id, args.seed + first_env + i, first_env + i, args.capture_video, run_name, **env_kwargs)
+            make_env(args.env_id, args.seed + first_env + i, first_env + i, train_video, run_name, **env_kwargs)
             for i in range(args.num_envs)
         ]
     )
@@ -935,6 +960,23 @@ if __name__ == "__main__":
         wm.rssm.img_step = torch.compile(wm.rssm.img_step)
         wm.rssm.obs_step = torch.compile(wm.rssm.obs_step)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
+    if saved:  # --eval-model: play, log eval/ and the videos, train nothing
+        wm.load_state_dict(saved["wm"])
+        actor.load_state_dict(saved["actor"])
+        eval_fn = make_env(args.env_id, args.seed, 0, args.capture_video, run_name, **env_kwargs)
+        eval_returns = evaluate(wm, actor, eval_fn, args.eval_episodes, args.eval_greedy, device, autocast, args.seed)
+        for episode, episode_return in enumerate(eval_returns):
+            writer.add_scalar("eval/episodic_return", episode_return, episode)
+        print(
+            f"eval of {args.eval_model} (policy step {saved['global_step']}) on {args.env_id}: mean return "
+            f"{np.mean(eval_returns):.2f} +- {np.std(eval_returns):.2f} over {len(eval_returns)} episodes",
+            flush=True,
+        )
+        envs.close()
+        if args.track and args.capture_video:
+            upload_videos()
+        writer.close()
+        sys.exit(0)
     n_params = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     parts = dict(
         encoder=wm.encoder,
@@ -1042,14 +1084,6 @@ if __name__ == "__main__":
     stop_signal = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, frame: stop_signal.append(signum))
-
-    uploaded_videos = set()
-
-    def upload_videos():
-        """With --track --capture-video, send each finished episode video in videos/{run_name} to wandb once."""
-        for path in sorted(set(glob.glob(f"videos/{run_name}/*.mp4")) - uploaded_videos):
-            wandb.log({"videos": wandb.Video(path, format="mp4")})
-            uploaded_videos.add(path)
 
     def all_ranks_agree(flag: bool) -> bool:
         """True if any rank raised the flag (a stop must happen on every rank at the same step)."""

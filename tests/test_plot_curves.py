@@ -1,0 +1,47 @@
+"""benchmarks/plot_curves.py on synthetic runs: two seeds whose returns are known, so the table's figures can be
+checked exactly, and the PNG must be written."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import plot_curves  # noqa: E402
+
+pytest.importorskip("matplotlib")
+
+
+def write_run(run_dir: Path, train: list, evals: list):
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(run_dir))
+    for step, value in train:
+        writer.add_scalar("charts/episodic_return", value, step)
+    for step, value in evals:
+        writer.add_scalar("eval/episodic_return", value, step)
+    writer.close()
+
+
+def test_windowed_means():
+    steps, returns = np.array([50, 150, 190, 390]), np.array([1.0, 2.0, 4.0, -1.0])
+    means = plot_curves.windowed(steps, returns, window=100, end=400)
+    assert means[:2].tolist() == [1.0, 3.0] and np.isnan(means[2]) and means[3] == -1.0
+
+
+def test_table_and_png(tmp_path: Path, capsys):
+    write_run(tmp_path / "runs" / "a__1", [(s, -1.0) for s in range(10, 410, 10)], [(400, 0.5)])
+    write_run(tmp_path / "runs" / "a__2", [(s, 1.0) for s in range(10, 410, 10)], [(400, 1.0)])
+    out = tmp_path / "docs" / "curves.png"
+    plot_curves.main(
+        plot_curves.Plot(group=[f"A={tmp_path}/runs/a__*"], out=str(out), random=-0.6, window=100, last_episodes=10)
+    )
+    printed = capsys.readouterr().out
+    assert "| A | 2 | +0.00 (min -1.00, max +1.00) | +0.75 (min +0.50, max +1.00) |" in printed, printed
+    assert out.stat().st_size > 10_000
+
+
+def test_group_without_runs(tmp_path: Path):
+    with pytest.raises(SystemExit, match="matches no run directory"):
+        plot_curves.main(plot_curves.Plot(group=[f"A={tmp_path}/nothing*"], out=str(tmp_path / "x.png")))

@@ -118,7 +118,7 @@ class Args:
     kl_balance: float = 0.8
     """KL balancing alpha: the prior gets this share of the KL gradient, the posterior the rest"""
     kl_scale: float = 0.1
-    """scale of the KL loss (beta)"""
+    """scale of the KL loss (beta; the paper's Atari 0.1 is for 200M frames, small tasks need 1.0: docs, Small tasks)"""
     kl_free: float = 0.0
     """free nats: the batch-averaged KL is not optimised below this (0 on Atari)"""
     discount_scale: float = 5.0

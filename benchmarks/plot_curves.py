@@ -66,7 +66,7 @@ def main(args: Plot):
 
     if not args.group:
         raise SystemExit("plot_curves.py: error: pass at least one --group LABEL=GLOB")
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    fig, ax = plt.subplots(figsize=(7.0, 5.0), dpi=110)
     rows = ["| runs | seeds | last training episodes | final evaluation | wall-clock per run |", "|---|---|---|---|---|"]
     for i, spec in enumerate(args.group):
         label, _, pattern = spec.partition("=")
@@ -77,7 +77,7 @@ def main(args: Plot):
         color = f"C{i}"
         end = max(int(r["train"][0].max()) for r in runs if len(r["train"][0]))
         curves = np.array([windowed(*r["train"], args.window, end) for r in runs])
-        x = (np.arange(curves.shape[1]) + 1) * args.window
+        x = np.minimum((np.arange(curves.shape[1]) + 1) * args.window, end)  # each window at its end
         with np.errstate(all="ignore"):  # windows where no seed ended an episode stay empty
             ax.plot(x, np.nanmean(curves, 0), color=color, label=f"{label} (training)")
             ax.fill_between(x, np.nanmin(curves, 0), np.nanmax(curves, 0), color=color, alpha=0.2, linewidth=0)
@@ -100,7 +100,7 @@ def main(args: Plot):
     ax.set_ylabel("episodic return")
     ax.set_title(args.title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     fig.savefig(args.out)

@@ -16,15 +16,18 @@ from tests.helpers import random_policy_mean, train_catch
 pytest.importorskip("tensorboard")
 
 SCRIPT = "dreamer_v2_atari.py"
-# A small model and settings that differ from the paper's Atari values (meant for 50M steps) where Catch in about 1,400
-# gradient steps needs it: without normalisation layers the world model collapses to the mean image above a learning
+# A small model and settings that differ from the paper's Atari values (meant for 200M frames) where Catch in about
+# 1,400 gradient steps needs it. KL scale 1.0 (the paper's DMC value) instead of Atari's 0.1: with 0.1 the posterior
+# settles on near-deterministic codes that the prior's samples almost never hit, so the imagination the actor learns from
+# loses the tie between actions and outcomes (docs/dreamer-v2.md, "Small tasks and the KL scale": 3 of 5 seeds passed
+# with 0.1, 5 of 5 with 1.0). Without normalisation layers the world model collapses to the mean image above a learning
 # rate of about 5e-4 and escapes more reliably with 16 x 16 latents than with 8 x 8; the target critic is copied every
-# 25 updates instead of 100 (100 leaves it about 14 copies behind in the whole run); the entropy bonus is raised from 1e-3
-# so that the actor keeps exploring while the world model still knows nothing. Evaluation is greedy (the paper's).
+# 25 updates instead of 100 (100 leaves it about 14 copies behind in the whole run); the entropy bonus is the V3 test's
+# 1e-2 instead of 1e-3. Evaluation is greedy (the paper's).
 FLAGS = (
     "--deter-size 64 --hidden-size 64 --cnn-depth 8 --mlp-units 64 --mlp-layers 1 --stoch-size 16 --classes 16 "
     "--batch-size 8 --batch-length 16 --learning-starts 256 --replay-ratio 0.5 --total-timesteps 3000 "
-    "--model-lr 4.5e-4 --actor-lr 3e-4 --critic-lr 3e-4 --actor-entropy 1e-2 --target-update-every 25 "
+    "--model-lr 4.5e-4 --actor-lr 3e-4 --critic-lr 3e-4 --actor-entropy 1e-2 --target-update-every 25 --kl-scale 1.0 "
     "--imagination-horizon 10 --precision 32 --video-every 0 --log-every 200 --eval-episodes 100"
 )
 LAST_EPISODES = 100  # training episodes averaged at the end of the run

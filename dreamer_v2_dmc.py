@@ -1,0 +1,1452 @@
+# docs and experiment results can be found at docs/dreamer-v2-dmc.md#dreamer_v2_dmcpy
+import copy
+import ctypes
+import ctypes.util
+import datetime
+import difflib
+import glob
+import math
+import multiprocessing
+import os
+import random
+import re
+import signal
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Literal, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+import tyro
+from torch.utils.tensorboard import SummaryWriter
+
+from ratio import Ratio
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """sets `torch.backends.cudnn.deterministic=True` (turn off with --no-torch-deterministic)"""
+    cuda: bool = True
+    """use CUDA when it is available (falls back to the CPU, with a warning when --cuda is typed)"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "cleanRL"
+    """the wandb's project name"""
+    wandb_entity: Optional[str] = None
+    """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """whether to capture videos of the agent performances (check out `videos` folder)"""
+    save_model: bool = False
+    """whether to save the trained agent into `runs/{run_name}/{exp_name}.cleanrl_model`"""
+
+    # Algorithm specific arguments
+    env_id: str = "walker-walk"
+    """the id of the environment (<domain>-<task>, dm_control/<domain>-<task>-v0, or any env with image observations)"""
+    total_timesteps: int = 500_000
+    """total policy steps (agent decisions, summed over all envs and processes); 500k = 1M frames at action repeat 2"""
+    num_envs: int = 1
+    """the number of parallel environments per process (more than 1: each in a subprocess of its own)"""
+    buffer_size: int = 2_000_000
+    """the replay memory size in policy steps, per process (capped at what the run can collect)"""
+    learning_starts: int = 1_000
+    """policy steps collected with random actions before training starts (the paper's `prefill: 1000`, 2,000 frames)"""
+    pretrain: int = 100
+    """gradient steps done at once when training starts (the paper's code: `pretrain 100`), before the schedule runs"""
+    replay_ratio: float = 0.2
+    """gradient steps per policy step, globally (one every 5 policy steps; Hafner's train ratio 160 = 0.2 x 16 x 50)"""
+    batch_size: int = 16
+    """the number of sequences in a batch (per process)"""
+    batch_length: int = 50
+    """the length of each sequence in a batch"""
+    tbptt: bool = True
+    """carry the RSSM state from one batch to the next along each batch row (truncated BPTT)"""
+    tbptt_jump_prob: float = 1 / 16
+    """chance that a batch row jumps to a random replay position instead of continuing (mean run of 16 chunks)"""
+    action_repeat: int = 2
+    """DMC action repeat: each action is applied for this many control steps, and only the last one is rendered"""
+    camera: int = -1
+    """DMC camera id (-1: the paper's choice, camera 2 for quadruped and camera 0 for every other domain)"""
+    precision: Literal["32", "bf16"] = "bf16"
+    """`bf16` runs the networks under bfloat16 autocast (CUDA and CPU), our form of the paper's 16-bit mixed precision"""
+    compile: bool = False
+    """torch.compile the encoder, decoder and RSSM steps"""
+    eval_every: int = 10_000
+    """evaluate every this many policy steps (and at the end); 0 evaluates only at the end"""
+    eval_episodes: int = 1
+    """episodes per evaluation (0: no evaluation)"""
+    eval_greedy: bool = True
+    """evaluate with the actor's mode, the mean tanh(mu), as the paper's code does (--no-eval-greedy samples)"""
+    log_every: int = 1_000
+    """write scalars and a progress line every this many policy steps"""
+    video_every: int = 10_000
+    """write an open-loop dream video to TensorBoard every this many updates (per process; 0: never)"""
+    checkpoint_every: int = 10_000
+    """write runs/{run_name}/checkpoint.pt every this many policy steps (and at the end); 0: only at the end"""
+    checkpoint_buffer: bool = False
+    """also store the replay buffer in checkpoints, so a resumed run loses no data"""
+    resume: Optional[str] = None
+    """path of a checkpoint.pt to continue from (same run directory, step count and replay schedule)"""
+    eval_model: Optional[str] = None
+    """path of a saved model (--save-model) or checkpoint.pt to watch: plays --eval-episodes episodes, trains nothing"""
+
+    # World model
+    deter_size: int = 200
+    """size of the deterministic GRU state h_t"""
+    hidden_size: int = 200
+    """width of the RSSM's hidden layers"""
+    cnn_depth: int = 48
+    """channels of the first encoder layer, doubled at each stage"""
+    mlp_units: int = 400
+    """width of the MLP heads"""
+    mlp_layers: int = 4
+    """hidden layers of the MLP heads"""
+    stoch_size: int = 32
+    """number of categorical latent variables in z_t"""
+    classes: int = 32
+    """classes per categorical latent"""
+    reward_transform: Literal["tanh", "sign", "identity"] = "identity"
+    """squashing of the rewards that the reward head learns (the paper's DMC setting: identity, the rewards as they are)"""
+    kl_balance: float = 0.8
+    """KL balancing alpha: the prior gets this share of the KL gradient, the posterior the rest"""
+    kl_scale: float = 1.0
+    """scale of the KL loss (beta)"""
+    kl_free: float = 1.0
+    """free nats: the batch-averaged KL is not optimised below this (1.0 on DMC)"""
+    model_lr: float = 3e-4
+    """world model learning rate"""
+    model_eps: float = 1e-5
+    """world model Adam epsilon"""
+    model_grad_clip: float = 100.0
+    """world model gradient clipping (global norm)"""
+    weight_decay: float = 1e-6
+    """every parameter shrinks by this fraction at each update, decoupled from Adam (all three optimizers)"""
+
+    # Actor-critic
+    imagination_horizon: int = 15
+    """imagined steps from every posterior state"""
+    gamma: float = 0.99
+    """discount"""
+    lmbda: float = 0.95
+    """lambda of the lambda-returns"""
+    actor_lr: float = 8e-5
+    """actor learning rate"""
+    critic_lr: float = 8e-5
+    """critic learning rate"""
+    ac_eps: float = 1e-5
+    """actor and critic Adam epsilon"""
+    ac_grad_clip: float = 100.0
+    """actor and critic gradient clipping (global norm)"""
+    actor_entropy: float = 1e-4
+    """entropy regulariser of the actor"""
+    actor_min_std: float = 0.1
+    """lower bound of the actor's standard deviation (before truncation)"""
+    expl_noise: float = 0.0
+    """std of Gaussian noise added to the actor's training actions, clipped to [-1, 1] (the paper's `expl_noise`, 0)"""
+    target_update_every: int = 100
+    """the target critic moves towards the critic every this many updates, the first update included"""
+    target_update_fraction: float = 1.0
+    """how far the target critic moves each time (1: a hard copy)"""
+
+    # to be filled in runtime
+    world_size: int = 1
+    """number of processes (torchrun)"""
+    rank: int = 0
+    """rank of this process"""
+
+
+# flags that fix the networks' shapes or the replay schedule: a checkpoint resumes only with the same values
+RESUME_FLAGS = ("env_id", "num_envs", "deter_size", "hidden_size", "cnn_depth", "mlp_units",
+                "mlp_layers", "stoch_size", "classes", "batch_size", "batch_length", "buffer_size",
+                "replay_ratio", "learning_starts")  # fmt: skip
+# with --eval-model these flags come from the command line, every other one from the saved model
+EVAL_FLAGS = ("exp_name", "seed", "torch_deterministic", "cuda", "track", "wandb_project_name", "wandb_entity",
+              "capture_video", "precision", "compile", "eval_episodes", "eval_greedy", "eval_model")  # fmt: skip
+
+
+def fail(message: str):
+    """Stop with one clear line on stderr and exit status 1."""
+    raise SystemExit(f"{os.path.basename(sys.argv[0])}: error: {message}")
+
+
+def dmc_task(env_id: str) -> Optional[tuple]:
+    """(domain, task) of a DeepMind Control id, `walker-walk` or `dm_control/walker-walk-v0`; None for other ids. `cup`
+    stands for ball_in_cup, as the papers write it (cup-catch)."""
+    match = re.fullmatch(r"dm_control/(\w+)-(\w+)-v0", env_id)
+    if match is None and env_id not in gym.registry:
+        match = re.fullmatch(r"(\w+)-(\w+)", env_id)
+    return ({"cup": "ball_in_cup"}.get(match[1], match[1]), match[2]) if match else None
+
+
+def default_renderer():
+    """Headless MuJoCo rendering: MUJOCO_GL=egl unless the user set it (osmesa where libEGL is missing and libOSMesa is
+    there). dm_control reads the variable when it is first imported, so this runs before that import."""
+    if "MUJOCO_GL" not in os.environ:
+        osmesa = not ctypes.util.find_library("EGL") and ctypes.util.find_library("OSMesa")
+        os.environ["MUJOCO_GL"] = "osmesa" if osmesa else "egl"
+
+
+class DMC(gym.Env):
+    """A dm_control suite task as a gymnasium env that returns 64x64 RGB frames from the task's camera (quadruped:
+    camera 2), in a few lines instead of shimmy's wrapper, so that the render call is ours. step() applies the action for
+    `action_repeat` control steps, sums their rewards and renders only after the last one (a frame costs far more than a
+    physics step). The action space is the task's own (normalised to [-1, 1] by NormalizeAction in make_env). An episode
+    ends after the task's 1000 control steps (500 policy steps at action repeat 2): a truncation, since no suite task ever
+    terminates; a step with discount 0 would be a termination."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
+
+    def __init__(self, domain: str, task: str, action_repeat: int = 2, size: int = 64, camera: int = -1, render_mode=None):
+        default_renderer()
+        from dm_control import suite
+
+        self.env = suite.load(domain, task)
+        self.action_repeat, self.size, self.render_mode = action_repeat, size, render_mode
+        self.camera = (2 if domain == "quadruped" else 0) if camera < 0 else camera
+        if self.camera >= self.env.physics.model.ncam:
+            raise ValueError(f"--camera {camera}: {domain} has cameras 0 to {self.env.physics.model.ncam - 1}")
+        spec = self.env.action_spec()
+        self.observation_space = gym.spaces.Box(0, 255, (size, size, 3), np.uint8)
+        self.action_space = gym.spaces.Box(spec.minimum.astype(np.float32), spec.maximum.astype(np.float32))
+        self.frame = np.zeros((size, size, 3), np.uint8)
+
+    def _render(self) -> np.ndarray:
+        self.frame = np.ascontiguousarray(self.env.physics.render(self.size, self.size, camera_id=self.camera))
+        return self.frame
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:  # the task draws each episode's initial state from this generator
+            self.env.task._random = np.random.RandomState(seed)
+        self.env.reset()
+        return self._render(), {}
+
+    def step(self, action):
+        reward = 0.0
+        for _ in range(self.action_repeat):
+            time_step = self.env.step(action)
+            reward += time_step.reward or 0.0
+            if time_step.last():
+                break
+        terminated = time_step.last() and time_step.discount == 0
+        return self._render(), reward, terminated, time_step.last() and not terminated, {}
+
+    def render(self) -> np.ndarray:
+        return self.frame  # the agent's own 64x64 view: videos cost no extra rendering
+
+    def close(self):
+        self.env.close()
+
+
+class NormalizeAction(gym.ActionWrapper):
+    """The agent acts in [-1, 1] on every bounded action dimension; the env gets low + (a + 1) / 2 * (high - low).
+    Unbounded dimensions pass through unchanged (the paper's NormalizeAction)."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        space = env.action_space
+        self.bounded = np.isfinite(space.low) & np.isfinite(space.high)
+        self.low, self.high = np.where(self.bounded, space.low, -1.0), np.where(self.bounded, space.high, 1.0)
+        low, high = np.where(self.bounded, -1.0, space.low), np.where(self.bounded, 1.0, space.high)
+        self.action_space = gym.spaces.Box(low.astype(np.float32), high.astype(np.float32))
+
+    def action(self, action: np.ndarray) -> np.ndarray:
+        return np.where(self.bounded, self.low + (action + 1) / 2 * (self.high - self.low), action).astype(np.float32)
+
+
+def make_env(env_id, seed, idx, capture_video, run_name, action_repeat=2, camera=-1):
+    def thunk():
+        if multiprocessing.parent_process() is not None:  # a subprocess env: Ctrl-C is for the training process alone
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        render = {"render_mode": "rgb_array"} if capture_video and idx == 0 else {}
+        if dmc_task(env_id):  # episodes end after the task's 1000 control steps (500 policy steps at action repeat 2)
+            env = DMC(*dmc_task(env_id), action_repeat=action_repeat, camera=camera, **render)
+        else:  # any env with image observations and Box actions, e.g. the small pixel task of the tests
+            env = gym.make(env_id, **render)
+            if len(env.observation_space.shape) in (2, 3) and env.observation_space.shape[:2] != (64, 64):  # images only
+                env = gym.wrappers.ResizeObservation(env, (64, 64))
+            if len(env.observation_space.shape) == 2:
+                env = gym.wrappers.ReshapeObservation(env, (64, 64, 1))
+        if isinstance(env.action_space, gym.spaces.Box):
+            env = NormalizeAction(env)
+        env = gym.wrappers.RecordEpisodeStatistics(env)
+        if capture_video and idx == 0:
+            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
+        env.action_space.seed(seed)
+        return env
+
+    return thunk
+
+
+def fail_render(env_id: str, e: Exception):
+    """Rendering failed: say how to fix it. A half-made GL context would print warnings as the process exits; mute them."""
+    sys.unraisablehook, message = lambda unraisable: None, str(e).splitlines()[0] if str(e) else ""
+    warnings.simplefilter("ignore")
+    fail(
+        f"cannot render --env-id {env_id} with MUJOCO_GL={os.environ.get('MUJOCO_GL')} ({type(e).__name__}: {message}); "
+        "headless rendering needs MUJOCO_GL=egl with the apt packages libegl1 libgl1-mesa-dri, or MUJOCO_GL=osmesa with "
+        "libosmesa6"
+    )
+
+
+def check_env(args: Args):
+    """Refuse env ids this script cannot train on, with one line that says what to do instead."""
+    env_id, dmc = args.env_id, dmc_task(args.env_id)
+    if env_id.startswith("ALE/") or env_id.endswith("NoFrameskip-v4"):
+        fail(f"--env-id {env_id} is an Atari game with discrete actions: use dreamer_v2_atari.py")
+    if dmc:
+        default_renderer()
+        try:
+            with warnings.catch_warnings():  # GL back ends warn on import when they find no display
+                warnings.simplefilter("ignore")
+                from dm_control import suite
+        except ModuleNotFoundError as e:
+            fail(
+                f"--env-id {env_id} needs dm_control, which is not installed ({e.name} is missing): "
+                "run `pip install -e .[dmc]`"
+            )
+        except Exception as e:  # dm_control picks its OpenGL back end when it is imported
+            fail_render(env_id, e)
+        domains = sorted({d for d, _ in suite.ALL_TASKS})
+        if dmc[0] not in domains:
+            ids = [f"{d}-{t}" for d, t in suite.ALL_TASKS] + list(gym.registry)
+            close = difflib.get_close_matches(env_id.removeprefix("dm_control/").removesuffix("-v0"), ids, n=3, cutoff=0.6)
+            hint = f"did you mean {' or '.join(close)}?" if close else f"the DMC domains are {', '.join(domains)}"
+            fail(f"unknown --env-id {env_id!r}: no DMC domain {dmc[0]!r} and no gymnasium id; {hint}")
+        tasks = [t for d, t in suite.ALL_TASKS if d == dmc[0]]
+        if dmc[1] not in tasks:
+            close = [f"{dmc[0]}-{t}" for t in difflib.get_close_matches(dmc[1], tasks, n=3, cutoff=0.6)]
+            hint = f"did you mean {' or '.join(close)}? " if close else ""
+            known = f"({dmc[0]} has {', '.join(tasks)})"
+            fail(f"unknown --env-id {env_id!r}: DMC domain {dmc[0]} has no task {dmc[1]!r}; {hint}{known}")
+    elif ":" not in env_id and env_id not in gym.registry:
+        close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
+        fail(f"unknown --env-id {env_id!r}" + (f"; did you mean {' or '.join(close)}?" if close else ""))
+    try:
+        env = make_env(env_id, 0, 1, False, "", args.action_repeat, args.camera)()
+    except Exception as e:  # a missing package, a bad camera, a broken environment
+        fail(f"could not create --env-id {env_id}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    obs_space, act_space = env.observation_space, env.action_space
+    if dmc:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                env.reset(seed=0)  # the first frame is rendered here
+        except Exception as e:
+            fail_render(env_id, e)
+    env.close()
+    if not (isinstance(obs_space, gym.spaces.Box) and obs_space.dtype == np.uint8 and len(obs_space.shape) == 3):
+        fail(f"--env-id {env_id} has observations {obs_space}; this script needs uint8 image observations")
+    if not (isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1):
+        fail(
+            f"--env-id {env_id} has a {type(act_space).__name__} action space; this DMC script needs continuous (Box) "
+            "actions (use dreamer_v2_atari.py for discrete actions)"
+        )
+
+
+def check_args(args: Args):
+    """Bad flag values end here with one line, before anything is created on disk."""
+    try:
+        Ratio(args.replay_ratio)
+    except ValueError as e:
+        fail(f"--replay-ratio: {e}")
+    if args.replay_ratio > 64:
+        fail(
+            f"--replay-ratio {args.replay_ratio} means {args.replay_ratio:g} gradient steps per policy step; values above "
+            "64 are almost surely a mix-up with Hafner's train ratio (divide it by batch size x batch length)"
+        )
+    positive = (
+        "total_timesteps",
+        "num_envs",
+        "buffer_size",
+        "batch_size",
+        "batch_length",
+        "imagination_horizon",
+        "action_repeat",
+        "deter_size",
+        "hidden_size",
+        "cnn_depth",
+        "mlp_units",
+        "stoch_size",
+        "classes",
+        "target_update_every",
+        "log_every",
+        "actor_min_std",
+    )
+    for key in positive:
+        if getattr(args, key) <= 0:
+            fail(f"--{key.replace('_', '-')} must be positive, got {getattr(args, key)}")
+    nonnegative = ("mlp_layers", "learning_starts", "pretrain", "eval_every", "video_every", "checkpoint_every")
+    for key in nonnegative + ("eval_episodes", "expl_noise"):
+        if getattr(args, key) < 0:
+            fail(f"--{key.replace('_', '-')} cannot be negative, got {getattr(args, key)}")
+    for key in ("tbptt_jump_prob", "kl_balance", "target_update_fraction"):
+        if not 0 <= getattr(args, key) <= 1:
+            fail(f"--{key.replace('_', '-')} must lie in [0, 1], got {getattr(args, key)}")
+    if args.imagination_horizon < 2:
+        fail(f"--imagination-horizon must be at least 2 (the actor learns from steps 0..H-2), got {args.imagination_horizon}")
+    capacity = min(args.buffer_size, args.total_timesteps) // args.num_envs
+    if args.batch_length > capacity:
+        fail(
+            f"--batch-length {args.batch_length} is longer than the replay holds per env ({capacity} steps = "
+            "min(--buffer-size, --total-timesteps) / --num-envs): lower --batch-length or raise --buffer-size"
+        )
+    if args.learning_starts < args.batch_length * args.num_envs * args.world_size:
+        fail(
+            f"--learning-starts {args.learning_starts} is shorter than one sequence per env (--batch-length "
+            f"{args.batch_length} x {args.num_envs * args.world_size} envs = "
+            f"{args.batch_length * args.num_envs * args.world_size} policy steps): raise it"
+        )
+    if args.learning_starts > capacity * args.num_envs * args.world_size:
+        fail(
+            f"--learning-starts {args.learning_starts} is more than the replay can hold "
+            f"({capacity * args.num_envs * args.world_size} policy steps), so training would never start: lower it"
+        )
+    if args.classes < 2:
+        fail(f"--classes must be at least 2, got {args.classes}")
+    if args.camera < -1:
+        fail(f"--camera must be -1 (the paper's choice) or a camera id, got {args.camera}")
+
+
+# ALGO LOGIC: helpers
+def transform_reward(reward: torch.Tensor, kind: str) -> torch.Tensor:
+    """The reward head learns r itself on DMC (the paper's `clip_rewards: identity`); tanh and sign are for experiments."""
+    return {"tanh": torch.tanh, "sign": torch.sign, "identity": lambda r: r}[kind](reward.float())
+
+
+def gaussian_nll(mean: torch.Tensor, target: torch.Tensor, event_dims: int = 0) -> torch.Tensor:
+    """-log N(target; mean, 1), summed over the last `event_dims` dimensions (the paper's unit-variance heads)."""
+    nll = 0.5 * (mean.float() - target.float()).square() + 0.5 * math.log(2 * math.pi)
+    return nll.sum(list(range(-event_dims, 0))) if event_dims else nll
+
+
+def sample_onehot(logits: torch.Tensor) -> torch.Tensor:
+    """One-hot sample with straight-through gradients: forward is the sample, backward flows through the probs."""
+    probs = F.softmax(logits, -1)
+    index = (logits - torch.log(-torch.log(torch.rand_like(logits).clamp(1e-20, 1.0)))).argmax(-1)  # Gumbel-max
+    sample = torch.zeros_like(probs).scatter_(-1, index[..., None], 1.0)
+    return sample + probs - probs.detach()
+
+
+class TruncNormal:
+    """Normal(mean, std) truncated to [low, high] in each action dimension: the paper's `trunc_normal` actor (dists.py).
+
+        alpha = (low - mean) / std,  beta = (high - mean) / std,  Z = Phi(beta) - Phi(alpha)
+        sample:    x = mean + std Phi^-1(Phi(alpha) + u Z),  u ~ U(0, 1)      (inverse CDF: reparameterised, so the
+                   gradient flows from x into mean and std), then clipped into [low + 1e-6, high - 1e-6] with a
+                   straight-through gradient, as the paper's code does
+        log_prob:  log phi((x - mean) / std) - log std - log Z
+        entropy:   log(sqrt(2 pi e) std Z) + (alpha phi(alpha) - beta phi(beta)) / (2 Z)
+        mode:      mean (clipped into [low, high])
+
+    phi and Phi are the standard normal density and distribution function. log_prob and entropy are summed over the
+    last (action) dimension."""
+
+    def __init__(self, mean: torch.Tensor, std: torch.Tensor, low: float = -1.0, high: float = 1.0, clip: float = 1e-6):
+        self.mean, self.std, self.low, self.high, self.clip = mean.float(), std.float(), low, high, clip
+        self.alpha, self.beta = (low - self.mean) / self.std, (high - self.mean) / self.std
+        self.cdf_alpha = torch.special.ndtr(self.alpha)
+        self.Z = (torch.special.ndtr(self.beta) - self.cdf_alpha).clamp(min=1e-12)
+
+    def sample(self) -> torch.Tensor:
+        u = torch.rand_like(self.mean)
+        p = (self.cdf_alpha + u * self.Z).clamp(1e-6, 1 - 1e-6)  # ndtri(0) = -inf; the mass beyond 4.75 std is lost
+        x = self.mean + self.std * torch.special.ndtri(p)
+        return x + (x.clamp(self.low + self.clip, self.high - self.clip) - x).detach()
+
+    def mode(self) -> torch.Tensor:
+        return self.mean.clamp(self.low, self.high)
+
+    def log_prob(self, x: torch.Tensor) -> torch.Tensor:
+        z = (x.float() - self.mean) / self.std
+        return (-0.5 * z.square() - 0.5 * math.log(2 * math.pi) - self.std.log() - self.Z.log()).sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        pdf = lambda z: torch.exp(-0.5 * z.square()) / math.sqrt(2 * math.pi)  # noqa: E731
+        tails = (self.alpha * pdf(self.alpha) - self.beta * pdf(self.beta)) / (2 * self.Z)
+        return (0.5 * math.log(2 * math.pi * math.e) + self.std.log() + self.Z.log() + tails).sum(-1)
+
+
+def categorical_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
+    """KL(p || q) of [..., stoch, classes] categoricals, summed over the stoch latents -> [...]."""
+    p_log, q_log = F.log_softmax(p_logits.float(), -1), F.log_softmax(q_logits.float(), -1)
+    return (p_log.exp() * (p_log - q_log)).sum([-2, -1])
+
+
+def categorical_entropy(logits: torch.Tensor) -> torch.Tensor:
+    log_p = F.log_softmax(logits.float(), -1)
+    return -(log_p.exp() * log_p).sum(-1)
+
+
+def balanced_kl(post_logits: torch.Tensor, prior_logits: torch.Tensor, balance: float, free: float):
+    """KL balancing (DreamerV2 Algorithm 2). Both terms have the value KL(post || prior), averaged over the batch and
+    clipped below at `free` nats; they differ only in where the gradient goes. The prior, learning to predict the
+    posterior, gets `balance` of the KL gradient; the posterior, regularised towards the prior, gets 1 - balance.
+    Returns (loss, kl_prior, kl_post)."""
+    kl_prior = categorical_kl(post_logits.detach(), prior_logits).mean().clamp(min=free)  # trains the prior
+    kl_post = categorical_kl(post_logits, prior_logits.detach()).mean().clamp(min=free)  # trains the posterior
+    return balance * kl_prior + (1 - balance) * kl_post, kl_prior.detach(), kl_post.detach()
+
+
+def lambda_returns(reward, value, discount, lmbda: float) -> torch.Tensor:
+    """TD(lambda) returns of an imagined trajectory (DreamerV2 eq. 4, indexed as in the paper's code), computed backwards:
+
+        R_t = r_t + d_t ((1 - lambda) v_{t+1} + lambda R_{t+1}),   R_H = v_H
+
+    reward r_t and discount d_t (gamma included) belong to state t: [H, N] for steps 0..H-1; value: [H+1, N] for steps
+    0..H. Returns R_0..R_{H-1}: [H, N]."""
+    interm = reward + discount * (1 - lmbda) * value[1:]
+    returns = [value[-1]]
+    for t in reversed(range(reward.shape[0])):
+        returns.append(interm[t] + discount[t] * lmbda * returns[-1])
+    return torch.stack(returns[1:][::-1])
+
+
+@torch.no_grad()
+def update_target_critic(critic: nn.Module, target_critic: nn.Module, updates: int, every: int, fraction: float):
+    """Called after update number `updates` (from 0): every `every` updates the target critic moves `fraction` of the way
+    to the critic; the first time it is a full copy. The paper: a hard copy after updates 0, 100, 200, ..."""
+    if updates % every == 0:
+        mix = 1.0 if updates == 0 else fraction
+        for target, online in zip(target_critic.parameters(), critic.parameters()):
+            target.lerp_(online, mix)
+
+
+class SequenceReplay:
+    """TBPTT sequence replay: per-env ring buffers, sampled as [T, B] chunks (time-major).
+
+    Storage is [capacity, num_envs, ...] and grows one row per vector-env step; frames stay uint8. Each of the B batch
+    rows remembers where it stands (an env and a monotonic step index g). A row continues with the chunk right after its
+    previous one, [g, g + T), so the world model starts it from the row's (detached) last posterior: truncated BPTT.
+    A row restarts from a uniformly random valid position [oldest, newest - T] with a fresh state (is_first forced on
+    its first step) when its next chunk is not fully written yet, when its data was overwritten, with probability
+    `jump_prob`, or always with tbptt=False. So every stored step is replayed: starts are uniform over the buffer,
+    and rows then sweep forward through consecutive steps, across episode boundaries (is_first resets the state).
+    """
+
+    def __init__(self, capacity, num_envs, obs_shape, action_size, batch_size, batch_length, tbptt, jump_prob, seed):
+        self.capacity, self.num_envs = capacity // num_envs, num_envs
+        self.batch_size, self.batch_length, self.tbptt, self.jump_prob = batch_size, batch_length, tbptt, jump_prob
+        self.obs = np.zeros((self.capacity, num_envs, *obs_shape), np.uint8)
+        self.action = np.zeros((self.capacity, num_envs, action_size), np.float32)
+        self.reward = np.zeros((self.capacity, num_envs), np.float32)
+        self.is_first = np.zeros((self.capacity, num_envs), bool)
+        self.is_terminal = np.zeros((self.capacity, num_envs), bool)
+        self.added = 0  # steps added per env, never decreases; step g lives in slot g % capacity
+        self.row_env = np.zeros(batch_size, np.int64)
+        self.row_next = np.full(batch_size, -1, np.int64)  # step index of each row's next chunk; -1: start fresh
+        self.rng = np.random.default_rng(seed)
+
+    def add(self, obs, action, reward, is_first, is_terminal):
+        slot = self.added % self.capacity
+        self.obs[slot], self.action[slot], self.reward[slot] = obs, action, reward
+        self.is_first[slot], self.is_terminal[slot] = is_first, is_terminal
+        self.added += 1
+
+    def __len__(self) -> int:
+        return min(self.added, self.capacity) * self.num_envs
+
+    def can_sample(self) -> bool:
+        return min(self.added, self.capacity) >= self.batch_length
+
+    def sample(self) -> dict:
+        T, B = self.batch_length, self.batch_size
+        oldest, last_start = max(0, self.added - self.capacity), self.added - T
+        keep = (self.row_next >= oldest) & (self.row_next <= last_start) & (self.rng.random(B) >= self.jump_prob)
+        fresh = ~keep if self.tbptt else np.ones(B, bool)
+        self.row_env[fresh] = self.rng.integers(0, self.num_envs, fresh.sum())
+        self.row_next[fresh] = self.rng.integers(oldest, last_start + 1, fresh.sum())
+        slots = (self.row_next[None] + np.arange(T)[:, None]) % self.capacity  # [T, B]
+        envs = self.row_env[None].repeat(T, 0)  # [T, B]
+        batch = dict(
+            obs=self.obs[slots, envs],
+            action=self.action[slots, envs],
+            reward=self.reward[slots, envs],
+            is_first=self.is_first[slots, envs],
+            is_terminal=self.is_terminal[slots, envs],
+        )
+        batch["is_first"][0, fresh] = True  # a fresh row starts from the initial state, whatever the carry holds
+        self.row_next += T
+        return batch
+
+    def state_dict(self, with_data: bool) -> dict:
+        state = dict(
+            added=self.added, row_env=self.row_env.copy(), row_next=self.row_next.copy(), rng=self.rng.bit_generator.state
+        )
+        if with_data:
+            n = min(self.added, self.capacity)
+            for key in ("obs", "action", "reward", "is_first", "is_terminal"):
+                state[key] = torch.from_numpy(getattr(self, key)[:n].copy())
+        return state
+
+    def load_state_dict(self, state: dict):
+        self.rng.bit_generator.state = state["rng"]
+        if "obs" not in state:  # the buffer was not saved: start empty, rows start fresh
+            return
+        self.added, self.row_env[:], self.row_next[:] = state["added"], state["row_env"], state["row_next"]
+        for key in ("obs", "action", "reward", "is_first", "is_terminal"):
+            data = state[key].numpy()
+            getattr(self, key)[: len(data)] = data
+
+
+# ALGO LOGIC: networks
+def init_weights(module: nn.Module):
+    """Glorot uniform weights and zero biases: the Keras defaults of the paper's code."""
+    for m in module.modules():
+        if isinstance(m, (nn.Linear, nn.Conv2d, nn.ConvTranspose2d)):
+            nn.init.xavier_uniform_(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+
+def dense(in_features: int, out_features: int) -> nn.Sequential:
+    """Linear -> ELU, the building block of every DreamerV2 MLP (no normalisation)."""
+    return nn.Sequential(nn.Linear(in_features, out_features), nn.ELU())
+
+
+class MLP(nn.Module):
+    def __init__(self, in_features: int, out_features: int, units: int, layers: int):
+        super().__init__()
+        sizes = [in_features] + [units] * layers
+        self.hidden = nn.Sequential(*[dense(i, o) for i, o in zip(sizes[:-1], sizes[1:])])
+        self.out = nn.Linear(sizes[-1], out_features)
+        init_weights(self)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.hidden(x))
+
+
+class Encoder(nn.Module):
+    """64x64 image -> embed: four stride-2 4x4 'valid' convs (depth x 1, 2, 4, 8), 64 -> 31 -> 14 -> 6 -> 2, with ELU."""
+
+    def __init__(self, channels: int, cnn_depth: int):
+        super().__init__()
+        layers, in_ch = [], channels
+        for i in range(4):
+            out_ch = cnn_depth * 2**i
+            layers += [nn.Conv2d(in_ch, out_ch, 4, 2), nn.ELU()]
+            in_ch = out_ch
+        self.net = nn.Sequential(*layers)
+        self.embed_size = in_ch * 2 * 2
+        init_weights(self)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        lead = obs.shape[:-3]  # [T, B] or [B]
+        x = obs.reshape(-1, *obs.shape[-3:]).float() / 255.0 - 0.5
+        x = self.net(x.contiguous(memory_format=torch.channels_last))
+        return x.reshape(*lead, -1)  # [..., embed]
+
+
+class Decoder(nn.Module):
+    """feat -> 64x64 image mean: a linear layer to 1x1 x 32 depth, then four stride-2 transposed convs with kernels
+    5, 5, 6, 6 (depth x 4, 2, 1, then the image channels), 1 -> 5 -> 13 -> 30 -> 64, with ELU in between."""
+
+    def __init__(self, feat_size: int, channels: int, cnn_depth: int):
+        super().__init__()
+        self.depth = cnn_depth * 32
+        self.linear = nn.Linear(feat_size, self.depth)
+        layers, in_ch = [], self.depth
+        for i, kernel in enumerate((5, 5, 6)):
+            out_ch = cnn_depth * 2 ** (2 - i)
+            layers += [nn.ConvTranspose2d(in_ch, out_ch, kernel, 2), nn.ELU()]
+            in_ch = out_ch
+        layers.append(nn.ConvTranspose2d(in_ch, channels, 6, 2))
+        self.net = nn.Sequential(*layers)
+        init_weights(self)
+
+    def forward(self, feat: torch.Tensor) -> torch.Tensor:
+        lead = feat.shape[:-1]
+        x = self.linear(feat.reshape(-1, feat.shape[-1]))  # [N, 32 depth]: a 1x1 image
+        # the first transposed conv sees a 1x1 image, so it is one matrix product: computed as one (same maths, 3x faster)
+        first = self.net[0]
+        x = (x @ first.weight.flatten(1)).view(-1, *first.weight.shape[1:]) + first.bias[:, None, None]  # [N, 4 depth, 5, 5]
+        x = self.net[1:](x.contiguous(memory_format=torch.channels_last))
+        return (x + 0.5).reshape(*lead, *x.shape[1:])  # [..., C, 64, 64], pixels in [0, 1]
+
+
+class RSSM(nn.Module):
+    """Recurrent state-space model (DreamerV2 eq. 1), time-major: sequences are [T, B, ...], one step is [B, ...].
+
+        recurrent model:       h_t = f(h_{t-1}, z_{t-1}, a_{t-1})      (GRU with LayerNorm, update bias -1)
+        representation model:  z_t ~ q(z_t | h_t, x_t)                (post, sees the embedded image x_t)
+        transition predictor:  z^_t ~ p(z^_t | h_t)                   (prior, used for imagination)
+
+    A state is a dict: deter h_t [B, deter_size], stoch z_t [B, stoch, classes] (one-hot, straight-through), logits
+    [B, stoch, classes]. The initial state is all zeros. feat = cat(h_t, flatten(z_t)) feeds every head.
+    How one replayed chunk lines up (row b, t = 0..T-1):
+
+        t          0      1      2      3   ...
+        obs        o_0    o_1    o_2    o_3         o_t: the frame seen at step t
+        reward     r_0    r_1    r_2    r_3         r_t: reward that came with o_t
+        is_first   1      0      0      0           o_t began an episode: reset to the initial state
+        is_term    0      0      0      0           o_t ended the episode by termination (never on DMC)
+        action     a_0    a_1    a_2    a_3         a_t: chosen after seeing o_t
+        obs_step   (h_{-1}, z_{-1}, a_{-1}) + o_0 -> post_0;  (post_0, a_0) + o_1 -> post_1;  ...
+
+    so step t consumes the previous action a_{t-1}; for t = 0 it is the carried one (TBPTT) or zero.
+    """
+
+    def __init__(self, action_size, embed_size, deter_size, stoch_size, classes, hidden_size):
+        super().__init__()
+        self.deter_size, self.stoch_size, self.classes = deter_size, stoch_size, classes
+        self.img_in = dense(stoch_size * classes + action_size, hidden_size)
+        self.gru = nn.Linear(hidden_size + deter_size, 3 * deter_size)
+        self.gru_norm = nn.LayerNorm(3 * deter_size, eps=1e-3)
+        self.img_out = dense(deter_size, hidden_size)
+        self.img_logits = nn.Linear(hidden_size, stoch_size * classes)
+        self.obs_out = dense(deter_size + embed_size, hidden_size)
+        self.obs_logits = nn.Linear(hidden_size, stoch_size * classes)
+        init_weights(self)
+
+    def _logits(self, layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        return layer(x).reshape(*x.shape[:-1], self.stoch_size, self.classes).float()
+
+    def initial(self, batch_size: int) -> dict:
+        zeros = lambda *shape: self.img_logits.weight.new_zeros(batch_size, *shape)  # noqa: E731
+        return dict(
+            deter=zeros(self.deter_size),
+            stoch=zeros(self.stoch_size, self.classes),
+            logits=zeros(self.stoch_size, self.classes),
+        )
+
+    def get_feat(self, state: dict) -> torch.Tensor:
+        return torch.cat([state["deter"], state["stoch"].flatten(-2)], -1)  # [..., deter + stoch * classes]
+
+    def img_step(self, prev_state: dict, prev_action: torch.Tensor) -> dict:
+        """Prior step: h_t = GRU(h_{t-1}, MLP(z_{t-1}, a_{t-1})), z^_t ~ p(. | h_t)."""
+        x = self.img_in(torch.cat([prev_state["stoch"].flatten(-2), prev_action], -1))
+        deter = prev_state["deter"]
+        reset, cand, update = self.gru_norm(self.gru(torch.cat([x, deter], -1)).float()).chunk(3, -1)
+        cand = torch.tanh(torch.sigmoid(reset) * cand)
+        update = torch.sigmoid(update - 1)  # biased towards keeping the old state
+        deter = update * cand + (1 - update) * deter  # [B, deter]
+        logits = self._logits(self.img_logits, self.img_out(deter))  # [B, stoch, classes]
+        return dict(deter=deter, stoch=sample_onehot(logits), logits=logits)
+
+    def obs_step(self, prev_state: dict, prev_action: torch.Tensor, embed: torch.Tensor, is_first: torch.Tensor):
+        """Posterior step. Where is_first [B] is set, the previous state and action are replaced by zeros."""
+        first = is_first.bool()[:, None]  # [B, 1]
+        prev_state = {k: torch.where(first if v.dim() == 2 else first[..., None], 0.0, v) for k, v in prev_state.items()}
+        prior = self.img_step(prev_state, torch.where(first, 0.0, prev_action))
+        logits = self._logits(self.obs_logits, self.obs_out(torch.cat([prior["deter"], embed], -1)))
+        post = dict(deter=prior["deter"], stoch=sample_onehot(logits), logits=logits)
+        return post, prior
+
+    def observe(self, embed, prev_actions, is_first, state: dict):
+        """Filter a sequence: embed [T, B, E], prev_actions [T, B, A] (a_{t-1}), is_first [T, B] -> post, prior [T, B, ...]."""
+        posts, priors = [], []
+        for t in range(embed.shape[0]):
+            state, prior = self.obs_step(state, prev_actions[t], embed[t], is_first[t])
+            posts.append(state)
+            priors.append(prior)
+        stack = lambda states: {k: torch.stack([s[k] for s in states]) for k in states[0]}  # noqa: E731
+        return stack(posts), stack(priors)
+
+    def imagine(self, actions: torch.Tensor, state: dict) -> dict:
+        """Open-loop prediction with given actions [T, B, A] from a state [B, ...] -> priors [T, B, ...]."""
+        priors = []
+        for t in range(actions.shape[0]):
+            state = self.img_step(state, actions[t])
+            priors.append(state)
+        return {k: torch.stack([s[k] for s in priors]) for k in priors[0]}
+
+
+class WorldModel(nn.Module):
+    def __init__(self, obs_shape, action_size, args: Args):
+        super().__init__()
+        channels = obs_shape[0]
+        self.encoder = Encoder(channels, args.cnn_depth)
+        self.rssm = RSSM(
+            action_size, self.encoder.embed_size, args.deter_size, args.stoch_size, args.classes, args.hidden_size
+        )
+        feat_size = args.deter_size + args.stoch_size * args.classes
+        self.decoder = Decoder(feat_size, channels, args.cnn_depth)
+        self.reward = MLP(feat_size, 1, args.mlp_units, args.mlp_layers)
+
+
+class Actor(nn.Module):
+    """pi(a_t | s_t): a truncated normal on [-1, 1] per action dimension with mean tanh(mu) and standard deviation
+    2 sigmoid(sigma / 2) + min_std, where mu and sigma are two output layers on the same hidden layers."""
+
+    def __init__(self, feat_size: int, action_size: int, units: int, layers: int, min_std: float = 0.1):
+        super().__init__()
+        self.net = MLP(feat_size, action_size, units, layers)
+        self.std = nn.Linear(units if layers else feat_size, action_size)
+        self.min_std = min_std
+        init_weights(self)
+
+    def forward(self, feat: torch.Tensor) -> tuple:
+        hidden = self.net.hidden(feat)
+        mean = torch.tanh(self.net.out(hidden).float())
+        std = 2 * torch.sigmoid(self.std(hidden).float() / 2) + self.min_std
+        return mean, std  # [..., A] each
+
+
+class Critic(nn.Module):
+    """v(s_t): the mean of a unit-variance Gaussian over the return."""
+
+    def __init__(self, feat_size: int, units: int, layers: int):
+        super().__init__()
+        self.net = MLP(feat_size, 1, units, layers)
+
+    def forward(self, feat: torch.Tensor) -> torch.Tensor:
+        return self.net(feat).squeeze(-1).float()  # [...]
+
+
+# ALGO LOGIC: losses
+def world_model_loss(wm: WorldModel, batch: dict, carry: tuple, scales: dict, args: Args):
+    """Sum of the world model losses on a [T, B] batch (DreamerV2 eq. 2 with KL balancing, Algorithm 2; no discount head
+    on DMC, the paper's `pred_discount: False`):
+
+        L = image + reward + kl_scale * kl
+        kl = alpha KL[sg(post) || prior] + (1 - alpha) KL[post || sg(prior)]
+
+    image: -log N(o_t; decoder(feat_t), 1) summed over pixels; reward: -log N(r_t; reward(feat_t), 1); kl: balanced_kl with
+    alpha = kl_balance, free nats kl_free. Returns (loss, losses, post, new carry, metrics); post is the filtered [T, B]
+    states."""
+    prev_state, prev_action = carry
+    embed = wm.encoder(batch["obs"])  # [T, B, embed]
+    prev_actions = torch.cat([prev_action[None], batch["action"][:-1]], 0)  # [T, B, A]: a_{t-1}
+    post, prior = wm.rssm.observe(embed, prev_actions, batch["is_first"], prev_state)
+    feat = wm.rssm.get_feat(post)  # [T, B, feat]
+    recon = wm.decoder(feat)  # [T, B, C, 64, 64]
+    kl, kl_prior, kl_post = balanced_kl(post["logits"], prior["logits"], args.kl_balance, args.kl_free)
+    losses = {
+        "image": gaussian_nll(recon, batch["obs"].float() / 255.0, event_dims=3),
+        "reward": gaussian_nll(wm.reward(feat).squeeze(-1), transform_reward(batch["reward"], args.reward_transform)),
+        "kl": kl,
+    }
+    assert losses.keys() == scales.keys(), (losses.keys(), scales.keys())
+    loss = sum(scales[k] * v.mean() for k, v in losses.items())
+    new_carry = ({k: v[-1].detach() for k, v in post.items()}, batch["action"][-1])
+    metrics = {
+        "kl_prior": kl_prior,
+        "kl_post": kl_post,
+        "prior_entropy": categorical_entropy(prior["logits"].detach()).sum(-1).mean(),
+        "post_entropy": categorical_entropy(post["logits"].detach()).sum(-1).mean(),
+    }
+    return loss, {k: v.mean() for k, v in losses.items()}, post, new_carry, metrics
+
+
+def imagine(wm: WorldModel, actor: Actor, start: dict, horizon: int):
+    """Roll the prior forward `horizon` steps from every start state [N, ...], acting with the actor.
+
+        s_0 --a_0--> s_1 --a_1--> ... --a_{H-1}--> s_H,   a_t ~ pi(. | sg(s_t)), a reparameterised truncated normal sample
+
+    Returns feats [H+1, N, feat] and actions [H, N, A]. The graph is kept: the actor learns by backpropagating the
+    imagined returns through these states (their latent samples are straight-through) into its own actions (the paper's
+    `actor_grad: dynamics` for continuous actions). Its input is detached, so each action is credited only through the
+    states it leads to."""
+    state, feats, actions = start, [wm.rssm.get_feat(start)], []
+    for _ in range(horizon):
+        action = TruncNormal(*actor(feats[-1].detach())).sample()
+        state = wm.rssm.img_step(state, action)
+        feats.append(wm.rssm.get_feat(state))
+        actions.append(action)
+    return torch.stack(feats), torch.stack(actions)
+
+
+def actor_critic_loss(wm, actor, critic, target_critic, feats, actions, first_discount, args: Args):
+    """Actor and critic losses on an imagined trajectory (DreamerV2 eqs. 4-6, indexed as in the paper's code):
+
+        t          0      1      2           H-1      H
+        state      s_0    s_1    s_2   ...   s_H-1    s_H     s_0: a posterior state of the replayed batch
+        action     a_0    a_1    a_2         a_H-1            a_t ~ pi(. | s_t) leads to s_{t+1}
+        reward     r_0    r_1    r_2         r_H-1            r_t = reward(s_t), the reward that came with s_t
+        discount   d_0    d_1    d_2         d_H-1            d_t = gamma (no discount head); d_0 = gamma (1 - terminal)
+        weight     1      d_0    d_0 d_1     ...              gamma^t: the weight of step t in the discounted sum
+        return     R_0    R_1    R_2         R_H-1    v'_H    lambda-returns with the target critic v'
+
+        critic: -log N(sg(R_t); v(sg(s_t)), 1) weight_t,  t = 0..H-1
+        actor:  -(R_{t+1} + eta H[pi(. | sg(s_t))]) weight_t,  t = 0..H-2      (dynamics backpropagation)
+
+    R_{t+1} depends on a_t through s_{t+1} onwards: the reward head, the target critic and the imagined states are all
+    differentiable, and the actor's gradient flows through them into the actions. Only the actor's parameters are
+    updated with it (backward_and_clip computes the gradients of the given parameters alone)."""
+    reward = wm.reward(feats[:-1]).squeeze(-1).float()  # [H, N]
+    discount = torch.cat([first_discount[None], torch.full_like(reward[1:], args.gamma)], 0)  # [H, N]
+    weight = torch.cumprod(torch.cat([torch.ones_like(discount[:1]), discount[:-1]], 0), 0)  # [H, N]
+    target_value = target_critic(feats)  # [H+1, N]
+    returns = lambda_returns(reward, target_value, discount, args.lmbda)  # [H, N]
+    policy = TruncNormal(*actor(feats[:-2].detach()))  # [H-1, N, A]
+    entropy = policy.entropy()  # [H-1, N]
+    actor_loss = (-(returns[1:] + args.actor_entropy * entropy) * weight[:-1]).mean()
+    value = critic(feats[:-1].detach())  # [H, N]
+    critic_loss = (gaussian_nll(value, returns.detach()) * weight).mean()
+    metrics = dict(
+        actor_entropy=entropy.detach().mean(),
+        actor_std=policy.std.detach().mean(),
+        imagined_return=returns.detach().mean(),
+        imagined_reward=reward.detach().mean(),
+        value=value.detach().mean(),
+        target_value=target_value.detach().mean(),
+    )
+    return actor_loss, critic_loss, metrics
+
+
+def backward_and_clip(loss: torch.Tensor, params: list, clip: float) -> torch.Tensor:
+    """Gradients of the loss for `params` only (no other module's .grad is touched), then (under torchrun) averaged over
+    processes, then clipped; returns the grad norm."""
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    grads = [g if g is not None else torch.zeros_like(p) for p, g in zip(params, grads)]
+    if dist.is_initialized():
+        flat = torch.cat([g.flatten() for g in grads])
+        dist.all_reduce(flat)
+        flat /= dist.get_world_size()
+        grads = flat.split([g.numel() for g in grads])
+    for p, g in zip(params, grads):
+        p.grad = g.view_as(p)
+    return nn.utils.clip_grad_norm_(params, clip)
+
+
+@torch.no_grad()
+def act(wm: WorldModel, actor: Actor, state: dict, prev_action, obs, is_first, greedy: bool):
+    """One policy step: filter the new frame into the state, then pick an action in [-1, 1]^A."""
+    embed = wm.encoder(obs)
+    state, _ = wm.rssm.obs_step(state, prev_action, embed, is_first)
+    policy = TruncNormal(*actor(wm.rssm.get_feat(state)))
+    return state, policy.mode() if greedy else policy.sample()
+
+
+@torch.no_grad()
+def dream_video(wm: WorldModel, batch: dict, context: int = 5, rows: int = 6) -> torch.Tensor:
+    """Open-loop video: observe `context` frames, then predict the rest from the actions alone.
+    Returns [1, T, 3, 3 * 64, rows * 64] uint8 with real frames, predictions and error stacked vertically."""
+    obs, action = batch["obs"][:, :rows], batch["action"][:, :rows]  # [T, b, C, H, W], [T, b, A]
+    b = obs.shape[1]
+    is_first = torch.zeros(obs.shape[:2], device=obs.device)
+    is_first[0] = 1
+    prev_actions = torch.cat([torch.zeros_like(action[:1]), action[:-1]], 0)
+    post, _ = wm.rssm.observe(wm.encoder(obs[:context]), prev_actions[:context], is_first[:context], wm.rssm.initial(b))
+    last = {k: v[-1] for k, v in post.items()}
+    prior = wm.rssm.imagine(action[context - 1 : -1], last)  # predicts steps context..T-1
+    feat = torch.cat([wm.rssm.get_feat(post), wm.rssm.get_feat(prior)], 0)
+    model = wm.decoder(feat).float().clamp(0, 1)  # [T, b, C, H, W]
+    truth = obs.float() / 255.0
+    video = torch.cat([truth, model, (model - truth + 1) / 2], -2)  # [T, b, C, 3H, W]
+    video = video.permute(0, 2, 3, 1, 4).reshape(video.shape[0], video.shape[2], video.shape[3], b * video.shape[4])
+    video = video.expand(-1, 3, -1, -1) if video.shape[1] == 1 else video
+    return (video[None] * 255).to(torch.uint8).cpu()
+
+
+def evaluate(wm, actor, env_fn, episodes: int, greedy: bool, device, autocast, seed: int) -> list:
+    """Play `episodes` full episodes in a fresh env and return their returns."""
+    env, returns = env_fn(), []
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=seed if episode == 0 else None)
+        state, action = wm.rssm.initial(1), torch.zeros(1, env.action_space.shape[0], device=device)
+        is_first, done, total = torch.ones(1, device=device), False, 0.0
+        while not done:
+            obs_t = torch.as_tensor(obs, device=device).permute(2, 0, 1)[None]
+            with autocast:
+                state, action = act(wm, actor, state, action, obs_t, is_first, greedy)
+            obs, reward, terminated, truncated, _ = env.step(action[0].float().cpu().numpy())
+            total, done, is_first = total + float(reward), terminated or truncated, torch.zeros(1, device=device)
+        returns.append(total)
+    env.close()
+    return returns
+
+
+def save_checkpoint(path: str, payload: dict):
+    """Write atomically: a temp file, fsync, then rename over the old checkpoint, so a kill never leaves a broken one."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        torch.save(payload, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: str, flag: str = "--resume") -> dict:
+    """A checkpoint for --resume; a checkpoint or a saved model (--save-model) for --eval-model."""
+    wanted = "runs/<run_name>/checkpoint.pt" if flag == "--resume" else "runs/<run_name>/<exp_name>.cleanrl_model"
+    if not os.path.isfile(path):
+        fail(f"{flag} {path}: no such file (pass the {wanted} of an earlier run)")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+    except Exception:
+        fail(f"{flag} {path}: the file is truncated or corrupt; pass an intact {wanted}")
+    if not isinstance(checkpoint, dict) or checkpoint.get("script") != os.path.basename(__file__):
+        owner = checkpoint.get("script", "something else") if isinstance(checkpoint, dict) else "something else"
+        fail(f"{flag} {path}: this file belongs to {owner}, not {os.path.basename(__file__)}")
+    if flag == "--resume" and "replay" not in checkpoint:
+        fail(f"--resume {path}: this is a saved model (--save-model), not a checkpoint; pass runs/<run_name>/checkpoint.pt")
+    return checkpoint
+
+
+def set_malloc_for_speed():
+    """Keep glibc from returning freed activation memory to the OS after every step (docs: Speed)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-1, 2**30)  # M_TRIM_THRESHOLD
+        libc.mallopt(-4, 0)  # M_MMAP_MAX
+    except (OSError, AttributeError):
+        pass
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    args.world_size, args.rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    saved = None
+    if args.eval_model:  # watch a saved agent with the network and env flags it was trained with
+        if args.resume or args.world_size > 1:
+            fail("--eval-model watches a saved agent in one process: run it with python and without --resume")
+        if not args.eval_episodes:
+            fail("--eval-model plays --eval-episodes episodes: pass a positive number")
+        saved = load_checkpoint(args.eval_model, "--eval-model")
+        for key, value in saved["args"].items():
+            if key not in EVAL_FLAGS:
+                setattr(args, key, value)
+    check_args(args)
+    checkpoint, rank_checkpoint = None, None
+    if args.resume:
+        checkpoint = load_checkpoint(args.resume)
+        mismatch = [k for k in RESUME_FLAGS if checkpoint["args"][k] != getattr(args, k)]
+        if mismatch:
+            fail(
+                f"--resume {args.resume}: the checkpoint was trained with "
+                + ", ".join(f"--{k.replace('_', '-')} {checkpoint['args'][k]}" for k in mismatch)
+                + f" (this run has {', '.join(str(getattr(args, k)) for k in mismatch)}); pass the same values"
+            )
+        if checkpoint["world_size"] != args.world_size:
+            fail(f"--resume {args.resume}: the run used {checkpoint['world_size']} processes; resume with the same number")
+        rank_path = os.path.join(os.path.dirname(args.resume), f"checkpoint.rank{args.rank}.pt")
+        rank_checkpoint = checkpoint if args.rank == 0 else load_checkpoint(rank_path)
+        if rank_checkpoint["global_step"] != checkpoint["global_step"]:
+            fail(f"--resume: {rank_path} is from policy step {rank_checkpoint['global_step']}, {args.resume} from "
+                 f"{checkpoint['global_step']}; the checkpoints of all ranks must come from the same step")  # fmt: skip
+    check_env(args)
+    if "--cuda" in sys.argv[1:] and not torch.cuda.is_available():  # the default --cuda falls back silently
+        print("warning: --cuda is set but CUDA is not available; running on the CPU", file=sys.stderr)
+    device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() and args.cuda else "cpu")
+    if args.world_size > 1:
+        # a long timeout: the other ranks wait while rank 0 evaluates
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=datetime.timedelta(hours=3))
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+    set_malloc_for_speed()
+    run_name = f"{args.env_id}__{args.exp_name}{'-eval' if saved else ''}__{args.seed}__{int(time.time())}".replace("/", "_")
+    if checkpoint is not None:
+        run_name = checkpoint["run_name"]
+    elif args.world_size > 1:  # every rank writes into rank 0's run directory
+        names = [run_name]
+        dist.broadcast_object_list(names, 0)
+        run_name = names[0]
+    run_dir = f"runs/{run_name}"
+    if checkpoint is None and args.rank == 0 and os.path.exists(run_dir):
+        fail(f"{run_dir} already exists; pick another --exp-name or --seed (or --resume its checkpoint)")
+    if args.rank == 0:  # only rank 0 creates run_dir: other ranks write into it after the weight broadcast below
+        os.makedirs(run_dir, exist_ok=True)
+        if args.track:
+            import wandb
+
+            wandb.init(
+                project=args.wandb_project_name,
+                entity=args.wandb_entity,
+                sync_tensorboard=True,
+                config=vars(args),
+                name=run_name,
+                monitor_gym=False,  # wandb's gym hook breaks gymnasium 1.x's RecordVideo: upload_videos() sends them
+                save_code=True,
+                id=checkpoint.get("wandb_id") if checkpoint else None,
+                resume="allow",
+            )
+        writer = SummaryWriter(run_dir)
+        writer.add_text(
+            "hyperparameters",
+            "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+        )
+    checkpoint_path = f"{run_dir}/checkpoint.pt" if args.rank == 0 else f"{run_dir}/checkpoint.rank{args.rank}.pt"
+    uploaded_videos = set()
+
+    def upload_videos():
+        """With --track --capture-video, send each finished episode video in videos/{run_name} to wandb once."""
+        for path in sorted(set(glob.glob(f"videos/{run_name}/*.mp4")) - uploaded_videos):
+            wandb.log({"videos": wandb.Video(path, format="mp4")})
+            uploaded_videos.add(path)
+
+    # TRY NOT TO MODIFY: seeding
+    random.seed(args.seed + args.rank)
+    np.random.seed(args.seed + args.rank)
+    torch.manual_seed(args.seed + args.rank)  # the initial weights are broadcast from rank 0 below
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+
+    # env setup
+    env_kwargs = dict(action_repeat=args.action_repeat, camera=args.camera)
+    first_env = args.rank * args.num_envs
+    train_video = args.capture_video and not saved  # --eval-model records its evaluation env instead
+    env_fns = [
+        make_env(args.env_id, args.seed + first_env + i, first_env + i, train_video, run_name, **env_kwargs)
+        for i in range(args.num_envs)
+    ]
+    # several envs step in subprocesses, so their rendering runs in parallel; "spawn", since forked GL contexts hang
+    envs = gym.vector.AsyncVectorEnv(env_fns, context="spawn") if args.num_envs > 1 else gym.vector.SyncVectorEnv(env_fns)
+    assert isinstance(envs.single_action_space, gym.spaces.Box), "only continuous (Box) action spaces are supported"
+    action_size = int(envs.single_action_space.shape[0])
+    obs_shape = envs.single_observation_space.shape[-1:] + envs.single_observation_space.shape[:2]  # [C, H, W]
+
+    # ALGO LOGIC: modules and optimizers
+    wm = WorldModel(obs_shape, action_size, args).to(device)
+    feat_size = args.deter_size + args.stoch_size * args.classes
+    actor = Actor(feat_size, action_size, args.mlp_units, args.mlp_layers, args.actor_min_std).to(device)
+    critic = Critic(feat_size, args.mlp_units, args.mlp_layers).to(device)
+    target_critic = copy.deepcopy(critic).requires_grad_(False)
+    wm.encoder.to(memory_format=torch.channels_last)
+    wm.decoder.to(memory_format=torch.channels_last)
+    if args.world_size > 1:  # every rank starts from rank 0's weights
+        for module in (wm, actor, critic, target_critic):
+            for tensor in list(module.parameters()) + list(module.buffers()):
+                dist.broadcast(tensor.data, 0)
+    # the paper's code shrinks every variable by (1 - weight_decay) before each Adam step: AdamW with decay weight_decay / lr
+    model_opt = torch.optim.AdamW(
+        wm.parameters(), lr=args.model_lr, eps=args.model_eps, weight_decay=args.weight_decay / args.model_lr
+    )
+    actor_opt = torch.optim.AdamW(
+        actor.parameters(), lr=args.actor_lr, eps=args.ac_eps, weight_decay=args.weight_decay / args.actor_lr
+    )
+    critic_opt = torch.optim.AdamW(
+        critic.parameters(), lr=args.critic_lr, eps=args.ac_eps, weight_decay=args.weight_decay / args.critic_lr
+    )
+    loss_scales = {"image": 1.0, "reward": 1.0, "kl": args.kl_scale}
+    if args.compile:
+        wm.encoder.forward = torch.compile(wm.encoder.forward)
+        wm.decoder.forward = torch.compile(wm.decoder.forward)
+        wm.rssm.img_step = torch.compile(wm.rssm.img_step)
+        wm.rssm.obs_step = torch.compile(wm.rssm.obs_step)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
+    if saved:  # --eval-model: play, log eval/ and the videos, train nothing
+        wm.load_state_dict(saved["wm"])
+        actor.load_state_dict(saved["actor"])
+        eval_fn = make_env(args.env_id, args.seed, 0, args.capture_video, run_name, **env_kwargs)
+        eval_returns = evaluate(wm, actor, eval_fn, args.eval_episodes, args.eval_greedy, device, autocast, args.seed)
+        for episode, episode_return in enumerate(eval_returns):
+            writer.add_scalar("eval/episodic_return", episode_return, episode)
+        print(
+            f"eval of {args.eval_model} (policy step {saved['global_step']}) on {args.env_id}: mean return "
+            f"{np.mean(eval_returns):.2f} +- {np.std(eval_returns):.2f} over {len(eval_returns)} episodes",
+            flush=True,
+        )
+        envs.close()
+        if args.track and args.capture_video:
+            upload_videos()
+        writer.close()
+        sys.exit(0)
+    n_params = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    parts = dict(
+        encoder=wm.encoder,
+        rssm=wm.rssm,
+        decoder=wm.decoder,
+        reward=wm.reward,
+        actor=actor,
+        critic=critic,
+    )
+    if args.rank == 0:
+        sizes = ", ".join(
+            f"{k.replace('_size', '')} {getattr(args, k)}"
+            for k in ("deter_size", "hidden_size", "cnn_depth", "mlp_units", "mlp_layers")
+        )
+        print(
+            f"model ({sizes}): "
+            + ", ".join(f"{k} {n_params(m) / 1e6:.2f}M" for k, m in parts.items())
+            + f"; total {sum(n_params(m) for m in parts.values()) / 1e6:.2f}M parameters"
+        )
+        print(
+            f"replay ratio {args.replay_ratio:g} (gradient steps per policy step, global) | world size {args.world_size}"
+            f" | batch {args.batch_size} x {args.batch_length} per rank, {args.batch_size * args.world_size} x "
+            f"{args.batch_length} global | Hafner train ratio {args.replay_ratio * args.batch_size * args.batch_length:g}"
+            f" (replayed steps per policy step) | device {device}, precision {args.precision}"
+        )
+        train_every = f"{1 / args.replay_ratio:g}" if args.replay_ratio else "never"
+        print(
+            f"in the paper's code's terms (policy steps of one env; frames = policy steps x action repeat "
+            f"{args.action_repeat}): train_steps 1 every train_every {train_every} policy steps, prefill "
+            f"{args.learning_starts} policy steps, pretrain {args.pretrain} gradient steps"
+        )
+
+    # replay and the replay-ratio schedule
+    rb = SequenceReplay(
+        min(args.buffer_size, (checkpoint["args"] if checkpoint else asdict(args))["total_timesteps"]),
+        args.num_envs,
+        obs_shape,
+        action_size,
+        args.batch_size,
+        args.batch_length,
+        args.tbptt,
+        args.tbptt_jump_prob,
+        args.seed + args.rank,
+    )
+    ratio = Ratio(args.replay_ratio)
+    global_step, train_policy_steps, gradient_steps, last_eval, last_checkpoint = 0, 0, 0, 0, None
+    carry = (wm.rssm.initial(args.batch_size), torch.zeros(args.batch_size, action_size, device=device))
+    if checkpoint is not None:
+        wm.load_state_dict(checkpoint["wm"])
+        actor.load_state_dict(checkpoint["actor"])
+        critic.load_state_dict(checkpoint["critic"])
+        target_critic.load_state_dict(checkpoint["target_critic"])
+        for opt, key in ((model_opt, "model_opt"), (actor_opt, "actor_opt"), (critic_opt, "critic_opt")):
+            opt.load_state_dict(checkpoint[key])
+        ratio.load_state_dict(checkpoint["ratio"])
+        global_step, train_policy_steps, gradient_steps = (
+            checkpoint[k] for k in ("global_step", "train_policy_steps", "gradient_steps")
+        )
+        last_eval, last_checkpoint = checkpoint["last_eval"], checkpoint["global_step"]
+        rb.load_state_dict(rank_checkpoint["replay"])
+        carry = ({k: v.to(device) for k, v in rank_checkpoint["carry"][0].items()}, rank_checkpoint["carry"][1].to(device))
+        random.setstate(rank_checkpoint["rng"]["python"])
+        np.random.set_state(rank_checkpoint["rng"]["numpy"])
+        torch.set_rng_state(rank_checkpoint["rng"]["torch"].cpu())
+        if device.type == "cuda" and rank_checkpoint["rng"]["cuda"] is not None:
+            torch.cuda.set_rng_state(rank_checkpoint["rng"]["cuda"].cpu())
+        envs.action_space.np_random.bit_generator.state = rank_checkpoint["rng"]["action_space"]
+        print(f"resumed {run_name} at policy step {global_step}, {gradient_steps} gradient steps")
+
+    def make_checkpoint() -> tuple:
+        """(shared state, this rank's state); rank 0 writes both into one file."""
+        rank_state = dict(
+            global_step=global_step,
+            replay=rb.state_dict(args.checkpoint_buffer),
+            carry=carry,
+            rng=dict(
+                python=random.getstate(),
+                numpy=np.random.get_state(),
+                torch=torch.get_rng_state(),
+                cuda=torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+                action_space=envs.action_space.np_random.bit_generator.state,
+            ),
+        )
+        shared = dict(
+            script=os.path.basename(__file__),
+            args=asdict(args),
+            run_name=run_name,
+            world_size=args.world_size,
+            wm=wm.state_dict(),
+            actor=actor.state_dict(),
+            critic=critic.state_dict(),
+            target_critic=target_critic.state_dict(),
+            model_opt=model_opt.state_dict(),
+            actor_opt=actor_opt.state_dict(),
+            critic_opt=critic_opt.state_dict(),
+            ratio=ratio.state_dict(),
+            global_step=global_step,
+            train_policy_steps=train_policy_steps,
+            gradient_steps=gradient_steps,
+            last_eval=last_eval,
+            wandb_id=wandb.run.id if args.track and args.rank == 0 else None,
+        )
+        return (dict(shared, **rank_state) if args.rank == 0 else dict(script=shared["script"], **rank_state)), shared
+
+    def write_checkpoint():
+        global last_checkpoint
+        save_checkpoint(checkpoint_path, make_checkpoint()[0])
+        last_checkpoint = global_step
+
+    stop_signal = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: stop_signal.append(signum))
+
+    def all_ranks_agree(flag: bool) -> bool:
+        """True if any rank raised the flag (a stop must happen on every rank at the same step)."""
+        if args.world_size == 1:
+            return flag
+        t = torch.tensor([float(flag)], device=device)
+        dist.all_reduce(t)
+        return bool(t.item() > 0)
+
+    # TRY NOT TO MODIFY: start the game
+    start_time, start_step, start_gradient_steps, train_seconds = time.time(), global_step, gradient_steps, 0.0
+    obs, _ = envs.reset(seed=[args.seed + first_env + i + global_step for i in range(args.num_envs)])
+    is_first = np.ones(args.num_envs, bool)
+    autoreset = np.zeros(args.num_envs, bool)  # NEXT_STEP autoreset: the next step() of these envs resets them
+    reward, is_terminal = np.zeros(args.num_envs, np.float32), np.zeros(args.num_envs, bool)
+    agent_state, prev_action = wm.rssm.initial(args.num_envs), torch.zeros(args.num_envs, action_size, device=device)
+    metrics, episode_returns = {}, []
+    while global_step < args.total_timesteps:
+        # ALGO LOGIC: act
+        obs_t = torch.as_tensor(obs, device=device).permute(0, 3, 1, 2)  # [N, C, H, W]
+        with autocast:
+            agent_state, action = act(
+                wm, actor, agent_state, prev_action, obs_t, torch.as_tensor(is_first, device=device), greedy=False
+            )
+        if args.expl_noise:
+            action = (action + args.expl_noise * torch.randn_like(action)).clamp(-1, 1)
+        if global_step < args.learning_starts:  # prefill with random actions
+            action = torch.rand(args.num_envs, action_size, device=device) * 2 - 1  # uniform in [-1, 1]
+        prev_action = action.float()
+        action_np = prev_action.cpu().numpy()
+        rb.add(
+            obs.transpose(0, 3, 1, 2),
+            action_np,
+            reward,
+            is_first,
+            is_terminal,
+        )
+
+        # TRY NOT TO MODIFY: execute the game and log data.
+        obs, reward, terminated, truncated, infos = envs.step(action_np)
+        is_first, autoreset = autoreset, terminated | truncated
+        reward, is_terminal = np.where(is_first, 0.0, reward).astype(np.float32), terminated
+        global_step += args.num_envs * args.world_size
+        if "episode" in infos:
+            for i in np.nonzero(infos["_episode"])[0]:
+                episode_returns.append(float(infos["episode"]["r"][i]))
+                if args.rank == 0:
+                    writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
+                    writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
+
+        # ALGO LOGIC: training, as many gradient steps as the replay ratio asks for
+        train_start = time.time()
+        if len(rb) * args.world_size >= args.learning_starts and rb.can_sample():
+            if last_checkpoint is None:  # a state from before the first update, should training blow up early
+                write_checkpoint()
+            train_policy_steps += args.num_envs * args.world_size
+            repeats = ratio(train_policy_steps / args.world_size)
+            if gradient_steps == 0 and repeats:  # the first training call pretrains (nothing with --replay-ratio 0)
+                repeats = max(repeats, args.pretrain)
+            for _ in range(repeats):
+                batch = {k: torch.as_tensor(v, device=device) for k, v in rb.sample().items()}
+                with autocast:
+                    wm_loss, losses, post, next_carry, wm_metrics = world_model_loss(wm, batch, carry, loss_scales, args)
+                model_grad_norm = backward_and_clip(wm_loss, list(wm.parameters()), args.model_grad_clip)
+                bad = (
+                    None
+                    if torch.isfinite(wm_loss + model_grad_norm)
+                    else next((f"{k} loss" for k, v in losses.items() if not torch.isfinite(v)), "world model gradient")
+                )
+                if bad is None:
+                    model_opt.step()
+                    with autocast:
+                        start = {k: v.detach().flatten(0, 1) for k, v in post.items()}  # [T * B, ...]
+                        feats, imagined_actions = imagine(wm, actor, start, args.imagination_horizon)
+                        first_discount = args.gamma * (1.0 - batch["is_terminal"].float().flatten(0, 1))
+                        actor_loss, critic_loss, ac_metrics = actor_critic_loss(
+                            wm, actor, critic, target_critic, feats, imagined_actions, first_discount, args
+                        )
+                    actor_grad_norm = backward_and_clip(actor_loss, list(actor.parameters()), args.ac_grad_clip)
+                    critic_grad_norm = backward_and_clip(critic_loss, list(critic.parameters()), args.ac_grad_clip)
+                    if not torch.isfinite(actor_loss + critic_loss + actor_grad_norm + critic_grad_norm):
+                        bad = "actor loss" if not torch.isfinite(actor_loss + actor_grad_norm) else "critic loss"
+                if bad is not None:  # stop; the last checkpoint written is from before the blow-up
+                    last = f"the last checkpoint, from policy step {last_checkpoint}, is {checkpoint_path}"
+                    fail(
+                        f"the {bad} became non-finite at gradient step {gradient_steps} (policy step {global_step}); "
+                        + (last if last_checkpoint is not None else "no checkpoint was written before it")
+                        + "; lower the learning rates"
+                        + (" or use --precision 32" if args.precision == "bf16" else "")
+                    )
+                actor_opt.step()
+                critic_opt.step()
+                carry = next_carry
+                update_target_critic(
+                    critic,
+                    target_critic,
+                    gradient_steps // args.world_size,
+                    args.target_update_every,
+                    args.target_update_fraction,
+                )
+                gradient_steps += args.world_size
+                metrics = dict(
+                    **{f"losses/{k}": v for k, v in losses.items()},
+                    **{f"losses/{k}": v for k, v in wm_metrics.items()},
+                    **{
+                        "losses/model": wm_loss,
+                        "losses/actor": actor_loss,
+                        "losses/critic": critic_loss,
+                        "losses/model_grad_norm": model_grad_norm,
+                        "losses/actor_grad_norm": actor_grad_norm,
+                        "losses/critic_grad_norm": critic_grad_norm,
+                    },
+                    **{f"losses/{k}": v for k, v in ac_metrics.items()},
+                )
+                if args.rank == 0 and args.video_every and (gradient_steps // args.world_size) % args.video_every == 0:
+                    with autocast:
+                        writer.add_video("charts/dream", dream_video(wm, batch), global_step, fps=15)
+
+        train_seconds += time.time() - train_start
+
+        # logging, evaluation, checkpoints
+        log_now = global_step % args.log_every < args.num_envs * args.world_size or global_step >= args.total_timesteps
+        if args.rank == 0 and log_now:
+            sps = (global_step - start_step) / (time.time() - start_time)
+            writer.add_scalar("charts/SPS", sps, global_step)
+            if train_policy_steps:
+                writer.add_scalar("charts/replay_ratio", gradient_steps / train_policy_steps, global_step)
+                writer.add_scalar("charts/gradient_steps", gradient_steps, global_step)
+            if args.track and args.capture_video:
+                upload_videos()
+            if metrics:
+                values = torch.stack([v.detach().float() for v in metrics.values()]).cpu().tolist()
+                for key, value in zip(metrics, values):
+                    writer.add_scalar(key, value, global_step)
+            # ETA: the policy steps left at their measured cost, plus the gradient steps left at theirs
+            done_gradient_steps = gradient_steps - start_gradient_steps
+            if args.replay_ratio and not done_gradient_steps:
+                eta = "starts with training"
+            else:
+                seconds_per_step = (time.time() - start_time - train_seconds) / (global_step - start_step)
+                left = args.replay_ratio * (args.total_timesteps - max(global_step, args.learning_starts))
+                left_seconds = left * train_seconds / done_gradient_steps if done_gradient_steps else 0.0
+                eta = datetime.timedelta(seconds=int((args.total_timesteps - global_step) * seconds_per_step + left_seconds))
+            recent = f" | return {np.mean(episode_returns[-10:]):.1f}" if episode_returns else ""
+            print(
+                f"step {global_step}/{args.total_timesteps} ({100 * global_step / args.total_timesteps:.0f}%) | SPS {sps:.1f}"
+                f" | gradient steps {gradient_steps} | replay ratio {gradient_steps / max(train_policy_steps, 1):.3f}"
+                f" | ETA {eta}{recent}",
+                flush=True,
+            )
+        done = global_step >= args.total_timesteps
+        if args.eval_episodes and (args.eval_every and global_step - last_eval >= args.eval_every or done):
+            last_eval = global_step
+            if args.rank == 0:
+                eval_fn = make_env(args.env_id, args.seed + 100_000, 1, False, run_name, **env_kwargs)
+                eval_returns = evaluate(
+                    wm, actor, eval_fn, args.eval_episodes, args.eval_greedy, device, autocast, args.seed + global_step
+                )
+                writer.add_scalar("eval/episodic_return", np.mean(eval_returns), global_step)
+                print(
+                    f"eval at step {global_step}: mean return {np.mean(eval_returns):.2f} over {len(eval_returns)} episodes",
+                    flush=True,
+                )
+        stop = all_ranks_agree(bool(stop_signal))
+        if done or stop or (args.checkpoint_every and global_step % args.checkpoint_every < args.num_envs * args.world_size):
+            write_checkpoint()
+        if stop:
+            if args.rank == 0:
+                launcher = f"torchrun --standalone --nproc_per_node {args.world_size}" if args.world_size > 1 else "python"
+                print(
+                    f"stopped by signal at policy step {global_step}; checkpoint written to {checkpoint_path}\n"
+                    f"resume with: {launcher} {os.path.basename(__file__)} --resume {checkpoint_path} (plus the same flags)"
+                )
+            break
+
+    if args.save_model and args.rank == 0:
+        model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
+        torch.save(make_checkpoint()[1], model_path)
+        print(f"model saved to {model_path}")
+    if args.world_size > 1:  # data parallel must leave the same weights on every rank: compare float64 checksums
+        params = [p for m in (wm, actor, critic, target_critic) for p in m.parameters()]
+        checksum = torch.stack([torch.stack([p.double().sum(), p.double().square().sum()]) for p in params]).flatten()
+        checksums = [torch.empty_like(checksum) for _ in range(args.world_size)]
+        dist.all_gather(checksums, checksum)
+        if args.rank == 0:
+            if not all(torch.equal(c, checksums[0]) for c in checksums):
+                fail(f"the weights differ across the {args.world_size} ranks after training (a data-parallel bug)")
+            print(f"weights identical on all {args.world_size} ranks")
+    envs.close()  # finishes the last video
+    if args.rank == 0:
+        if args.track and args.capture_video:
+            upload_videos()
+        writer.close()
+    if dist.is_initialized():
+        dist.barrier()  # leave together: a rank that exits while another still tears down gloo can abort it
+        dist.destroy_process_group()

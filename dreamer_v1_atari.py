@@ -566,10 +566,14 @@ class RSSM(nn.Module):
     def get_feat(self, state: dict) -> torch.Tensor:
         return torch.cat([state["deter"], state["stoch"]], -1)  # [..., deter + stoch]
 
+    def deter_step(self, prev_state: dict, prev_action: torch.Tensor) -> torch.Tensor:
+        """Deterministic state model: h_t = GRU(h_{t-1}, MLP(s_{t-1}, a_{t-1})) -> deter [B, deter]."""
+        x = self.img_in(torch.cat([prev_state["stoch"], prev_action], -1))
+        return self.gru(x, prev_state["deter"].to(x.dtype)).float()
+
     def img_step(self, prev_state: dict, prev_action: torch.Tensor) -> dict:
         """Prior step: h_t = GRU(h_{t-1}, MLP(z_{t-1}, a_{t-1})), z^_t ~ p(. | h_t)."""
-        x = self.img_in(torch.cat([prev_state["stoch"], prev_action], -1))
-        deter = self.gru(x, prev_state["deter"].to(x.dtype)).float()  # [B, deter]
+        deter = self.deter_step(prev_state, prev_action)  # [B, deter]
         return self._gaussian(self.img_stats, self.img_out(deter), deter)
 
     def obs_step(self, prev_state: dict, prev_action: torch.Tensor, embed: torch.Tensor, is_first: torch.Tensor):
@@ -581,14 +585,25 @@ class RSSM(nn.Module):
         return post, prior
 
     def observe(self, embed, prev_actions, is_first, state: dict):
-        """Filter a sequence: embed [T, B, E], prev_actions [T, B, A] (a_{t-1}), is_first [T, B] -> post, prior [T, B, ...]."""
-        posts, priors = [], []
-        for t in range(embed.shape[0]):
-            state, prior = self.obs_step(state, prev_actions[t], embed[t], is_first[t])
+        """Filter a sequence: embed [T, B, E], prev_actions [T, B, A] (a_{t-1}), is_first [T, B] -> post, prior [T, B, ...].
+
+        The same maths as calling obs_step at every t (a test checks it), arranged for speed: only what depends on the
+        previous step stays in the loop. The embedding's share of the posterior's first layer, W [h; e] + b =
+        W_h h + (W_e e + b), runs once on all T x B rows before the loop, and the prior's layers, which read only h_t,
+        once after it. The prior's stoch is a sample drawn after the loop (the losses read only its mean and std)."""
+        first = is_first.bool()[..., None]  # [T, B, 1]
+        linear, activation = self.obs_out
+        w_deter, w_embed = linear.weight.split([self.deter_size, embed.shape[-1]], 1)
+        embed_in = F.linear(embed, w_embed, linear.bias)  # [T, B, hidden]: W_e e + b for every step at once
+        w_deter = w_deter.to(embed_in.dtype)  # under autocast: cast the slice once, not at every step
+        posts = []
+        for embed_t, action_t, first_t in zip(embed_in.unbind(0), prev_actions.unbind(0), first.unbind(0)):
+            state = {k: torch.where(first_t, 0.0, v) for k, v in state.items()}
+            deter = self.deter_step(state, torch.where(first_t, 0.0, action_t))
+            state = self._gaussian(self.obs_stats, activation(F.linear(deter, w_deter) + embed_t), deter)
             posts.append(state)
-            priors.append(prior)
-        stack = lambda states: {k: torch.stack([s[k] for s in states]) for k in states[0]}  # noqa: E731
-        return stack(posts), stack(priors)
+        post = {k: torch.stack([s[k] for s in posts]) for k in posts[0]}
+        return post, self._gaussian(self.img_stats, self.img_out(post["deter"]), post["deter"])
 
     def imagine(self, actions: torch.Tensor, state: dict) -> dict:
         """Open-loop prediction with given actions [T, B, A] from a state [B, ...] -> priors [T, B, ...]."""
@@ -945,9 +960,9 @@ if __name__ == "__main__":
         for module in (wm, actor, critic):
             for tensor in list(module.parameters()) + list(module.buffers()):
                 dist.broadcast(tensor.data, 0)
-    model_opt = torch.optim.Adam(wm.parameters(), lr=args.model_lr, eps=args.model_eps)
-    actor_opt = torch.optim.Adam(actor.parameters(), lr=args.actor_lr, eps=args.ac_eps)
-    critic_opt = torch.optim.Adam(critic.parameters(), lr=args.critic_lr, eps=args.ac_eps)
+    model_opt = torch.optim.Adam(wm.parameters(), lr=args.model_lr, eps=args.model_eps, fused=True)
+    actor_opt = torch.optim.Adam(actor.parameters(), lr=args.actor_lr, eps=args.ac_eps, fused=True)
+    critic_opt = torch.optim.Adam(critic.parameters(), lr=args.critic_lr, eps=args.ac_eps, fused=True)
     loss_scales = {"image": 1.0, "reward": 1.0, "discount": args.discount_scale, "kl": args.kl_scale}
     if args.compile:
         wm.encoder.forward = torch.compile(wm.encoder.forward)
@@ -1104,12 +1119,13 @@ if __name__ == "__main__":
         # ALGO LOGIC: act
         obs_t = torch.as_tensor(obs, device=device).permute(0, 3, 1, 2)  # [N, C, H, W]
         epsilon = exploration_epsilon(gradient_steps, args.expl_amount, args.expl_decay, args.expl_min)
-        with autocast:
-            agent_state, action = act(
-                wm, actor, agent_state, prev_action, obs_t, torch.as_tensor(is_first, device=device), False, epsilon
-            )
-        if global_step < args.learning_starts:  # prefill with random actions
+        if global_step < args.learning_starts:  # prefill with random actions: no forward pass needed
             action = F.one_hot(torch.randint(action_size, (args.num_envs,), device=device), action_size).float()
+        else:
+            with autocast:
+                agent_state, action = act(
+                    wm, actor, agent_state, prev_action, obs_t, torch.as_tensor(is_first, device=device), False, epsilon
+                )
         prev_action = action.float()
         action_np = action.argmax(-1).cpu().numpy()
         rb.add(

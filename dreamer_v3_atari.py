@@ -607,15 +607,23 @@ class RSSM(nn.Module):
     def get_feat(self, state: dict) -> torch.Tensor:
         return torch.cat([state["deter"], state["stoch"].flatten(-2)], -1)  # [..., deter + stoch * classes]
 
-    def img_step(self, prev_state: dict, prev_action: torch.Tensor) -> dict:
-        """Prior step: h_t = GRU(h_{t-1}, MLP(z_{t-1}, a_{t-1})), z^_t ~ p(. | h_t)."""
+    def deter_step(self, prev_state: dict, prev_action: torch.Tensor) -> torch.Tensor:
+        """Sequence model: h_t = GRU(h_{t-1}, MLP(z_{t-1}, a_{t-1})) -> deter [B, deter]."""
         x = self.img_in(torch.cat([prev_state["stoch"].flatten(-2), prev_action], -1))
         deter = prev_state["deter"]
         reset, cand, update = self.gru_norm(self.gru(torch.cat([x, deter], -1)).float()).chunk(3, -1)
         cand = torch.tanh(torch.sigmoid(reset) * cand)
         update = torch.sigmoid(update - 1)  # biased towards keeping the old state
-        deter = update * cand + (1 - update) * deter  # [B, deter]
-        logits = self._logits(self.img_logits, self.img_out(deter))  # [B, stoch, classes]
+        return update * cand + (1 - update) * deter
+
+    def prior_logits(self, deter: torch.Tensor) -> torch.Tensor:
+        """Dynamics predictor: the prior's log-probabilities [..., stoch, classes] from h_t alone."""
+        return self._logits(self.img_logits, self.img_out(deter))
+
+    def img_step(self, prev_state: dict, prev_action: torch.Tensor) -> dict:
+        """Prior step: h_t = GRU(h_{t-1}, MLP(z_{t-1}, a_{t-1})), z^_t ~ p(. | h_t)."""
+        deter = self.deter_step(prev_state, prev_action)  # [B, deter]
+        logits = self.prior_logits(deter)  # [B, stoch, classes]
         return dict(deter=deter, stoch=sample_onehot(logits), logits=logits)
 
     def obs_step(self, prev_state: dict, prev_action: torch.Tensor, embed: torch.Tensor, is_first: torch.Tensor):
@@ -629,14 +637,27 @@ class RSSM(nn.Module):
         return post, prior
 
     def observe(self, embed, prev_actions, is_first, state: dict):
-        """Filter a sequence: embed [T, B, E], prev_actions [T, B, A] (a_{t-1}), is_first [T, B] -> post, prior [T, B, ...]."""
-        posts, priors = [], []
-        for t in range(embed.shape[0]):
-            state, prior = self.obs_step(state, prev_actions[t], embed[t], is_first[t])
+        """Filter a sequence: embed [T, B, E], prev_actions [T, B, A] (a_{t-1}), is_first [T, B] -> post, prior [T, B, ...].
+
+        The same maths as calling obs_step at every t (a test checks it), arranged for speed: only what depends on the
+        previous step stays in the loop. The embedding's share of the posterior's first layer, W [h; e] = W_h h + W_e e,
+        runs once on all T x B rows before the loop, and the prior's output layers, which read only h_t, once after it.
+        The prior carries deter and logits: nothing samples from it here."""
+        first = is_first.bool()[..., None]  # [T, B, 1]
+        init = self.initial(embed.shape[1])
+        w_deter, w_embed = self.obs_out[0].weight.split([init["deter"].shape[-1], embed.shape[-1]], 1)
+        embed_in = F.linear(embed, w_embed)  # [T, B, hidden]: W_e e for every step at once
+        w_deter = w_deter.to(embed_in.dtype)  # under autocast: cast the slice once, not at every step
+        norm_act, posts = self.obs_out[1:], []
+        for embed_t, action_t, first_t in zip(embed_in.unbind(0), prev_actions.unbind(0), first.unbind(0)):
+            state = {k: torch.where(first_t if v.dim() == 2 else first_t[..., None], init[k], v) for k, v in state.items()}
+            deter = self.deter_step(state, torch.where(first_t, torch.zeros_like(action_t), action_t))
+            hidden = norm_act(F.linear(deter, w_deter) + embed_t)  # LayerNorm and SiLU of W_h h + W_e e
+            logits = self._logits(self.obs_logits, hidden)
+            state = dict(deter=deter, stoch=sample_onehot(logits), logits=logits)
             posts.append(state)
-            priors.append(prior)
-        stack = lambda states: {k: torch.stack([s[k] for s in states]) for k in states[0]}  # noqa: E731
-        return stack(posts), stack(priors)
+        post = {k: torch.stack([s[k] for s in posts]) for k in posts[0]}
+        return post, dict(deter=post["deter"], logits=self.prior_logits(post["deter"]))
 
     def imagine(self, actions: torch.Tensor, state: dict) -> dict:
         """Open-loop prediction with given actions [T, B, A] from a state [B, ...] -> priors [T, B, ...]."""
@@ -988,9 +1009,9 @@ if __name__ == "__main__":
         for module in (wm, actor, critic, slow_critic):
             for tensor in list(module.parameters()) + list(module.buffers()):
                 dist.broadcast(tensor.data, 0)
-    model_opt = torch.optim.Adam(wm.parameters(), lr=args.model_lr, eps=args.model_eps)
-    actor_opt = torch.optim.Adam(actor.parameters(), lr=args.actor_lr, eps=args.ac_eps)
-    critic_opt = torch.optim.Adam(critic.parameters(), lr=args.critic_lr, eps=args.ac_eps)
+    model_opt = torch.optim.Adam(wm.parameters(), lr=args.model_lr, eps=args.model_eps, fused=True)
+    actor_opt = torch.optim.Adam(actor.parameters(), lr=args.actor_lr, eps=args.ac_eps, fused=True)
+    critic_opt = torch.optim.Adam(critic.parameters(), lr=args.critic_lr, eps=args.ac_eps, fused=True)
     loss_scales = {"image": 1.0, "reward": 1.0, "cont": 1.0, "dyn": args.dyn_scale, "rep": args.rep_scale}
     if args.compile:
         wm.encoder.forward = torch.compile(wm.encoder.forward)
@@ -1136,12 +1157,13 @@ if __name__ == "__main__":
     while global_step < args.total_timesteps:
         # ALGO LOGIC: act
         obs_t = torch.as_tensor(obs, device=device).permute(0, 3, 1, 2)  # [N, C, H, W]
-        with autocast:
-            agent_state, action = act(
-                wm, actor, agent_state, prev_action, obs_t, torch.as_tensor(is_first, device=device), greedy=False
-            )
-        if global_step < args.learning_starts:  # prefill with random actions
+        if global_step < args.learning_starts:  # prefill with random actions: no forward pass needed
             action = F.one_hot(torch.randint(action_size, (args.num_envs,), device=device), action_size).float()
+        else:
+            with autocast:
+                agent_state, action = act(
+                    wm, actor, agent_state, prev_action, obs_t, torch.as_tensor(is_first, device=device), greedy=False
+                )
         prev_action = action.float()
         action_np = action.argmax(-1).cpu().numpy()
         rb.add(

@@ -1,0 +1,164 @@
+"""Speed work must not change what is learned: for every script, the losses and gradients of one gradient step match a
+straightforward reference computation on the same batch and weights, in fp32, to a tight tolerance.
+
+The scripts' `RSSM.observe` is arranged for speed (the embedding's share of the posterior's first layer runs on all
+T x B rows before the loop, the prior's output layers after it). The reference filters the sequence the textbook way,
+calling `obs_step` (which concatenates h_t and e_t and runs every layer) at each step and stacking its posteriors and
+priors. The random draws (Gumbel noise of the categorical samples, Gaussian noise of V1's latents, V2-DMC's uniform
+draws) are replaced by a fixed function of the tensor's shape, so both computations sample the same latents. Then the
+world model loss, every world model gradient, and the actor and critic losses and gradients of the imagination that
+starts from those posteriors are compared."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dreamer_v1_atari as v1
+import dreamer_v2_atari as v2
+import dreamer_v2_dmc as v2_dmc
+import dreamer_v3_atari as v3
+
+T, B, ACTIONS = 7, 3, 3
+SIZES = dict(
+    deter_size=24, hidden_size=20, cnn_depth=2, mlp_units=16, stoch_size=4, kl_free=0.0
+)  # no free nats: every KL gradient flows
+
+
+def fixed_noise(x: torch.Tensor, low: float, high: float) -> torch.Tensor:
+    """Deterministic 'random' numbers in [low, high]: the same tensor shape always gets the same values."""
+    pattern = (torch.cos(torch.arange(x.numel(), dtype=torch.float64) * 2.39996) + 1) / 2
+    return (low + (high - low) * pattern).reshape(x.shape).to(x.dtype)
+
+
+@pytest.fixture(autouse=True)
+def no_randomness(monkeypatch):
+    monkeypatch.setattr(torch, "rand_like", lambda x, **kw: fixed_noise(x, 0.01, 0.99))
+    monkeypatch.setattr(torch, "randn_like", lambda x, **kw: fixed_noise(x, -2.0, 2.0))
+
+
+def reference_observe(rssm, embed, prev_actions, is_first, state):
+    """The textbook filter: one obs_step per time step, posteriors and priors stacked."""
+    posts, priors = [], []
+    for t in range(embed.shape[0]):
+        state, prior = rssm.obs_step(state, prev_actions[t], embed[t], is_first[t])
+        posts.append(state)
+        priors.append(prior)
+    post = {k: torch.stack([s[k] for s in posts]) for k in posts[0]}
+    prior = {k: torch.stack([s[k] for s in priors]) for k in priors[0]}
+    return post, prior
+
+
+def setup(name: str):
+    torch.manual_seed(0)
+    if name == "v3":
+        m, args = v3, v3.Args(**SIZES, classes=5, mlp_layers=1, reward_bins=15, imagination_horizon=4)
+    elif name == "v1":
+        m, args = v1, v1.Args(**SIZES, actor_layers=1, critic_layers=1, reward_layers=1, imagination_horizon=4)
+    elif name == "v2":
+        m, args = v2, v2.Args(**SIZES, classes=5, mlp_layers=1, imagination_horizon=4)
+    else:
+        m, args = v2_dmc, v2_dmc.Args(**SIZES, classes=5, mlp_layers=1, imagination_horizon=4)
+    wm = m.WorldModel((3, 64, 64), ACTIONS, args)
+    feat = args.deter_size + (args.stoch_size * args.classes if name != "v1" else args.stoch_size)
+    if name == "v1":
+        actor, critic = m.Actor(feat, ACTIONS, 16, 1), m.Critic(feat, 16, 1)
+    elif name == "v3":
+        actor, critic = m.Actor(feat, ACTIONS, 16, 1, args.unimix), m.Critic(feat, args.reward_bins, 16, 1)
+    else:
+        actor, critic = m.Actor(feat, ACTIONS, 16, 1), m.Critic(feat, 16, 1)
+    for p in [*wm.parameters(), *actor.parameters(), *critic.parameters()]:
+        if p.dim() > 1 and not p.any():  # zero-initialised output layers would leave the layers below without gradient
+            p.data.normal_(0.0, 0.05)
+    g = torch.Generator().manual_seed(1)
+    is_first = torch.zeros(T, B, dtype=torch.bool)
+    is_first[0, 0] = is_first[3, 1] = True  # a reset at the start of a row and one in the middle
+    is_terminal = torch.zeros(T, B, dtype=torch.bool)
+    if name != "v2-dmc":
+        is_terminal[2, 1] = True
+    if name == "v2-dmc":
+        action = torch.rand(T, B, ACTIONS, generator=g) * 2 - 1
+    else:
+        action = F.one_hot(torch.randint(0, ACTIONS, (T, B), generator=g), ACTIONS).float()
+    batch = dict(
+        obs=torch.randint(0, 256, (T, B, 3, 64, 64), generator=g, dtype=torch.uint8),
+        action=action,
+        reward=torch.randn(T, B, generator=g),
+        is_first=is_first,
+        is_terminal=is_terminal,
+    )
+    carry_state = {k: v.detach() + 0.1 * torch.randn(v.shape, generator=g) for k, v in wm.rssm.initial(B).items()}
+    if name == "v1":
+        carry_state["std"] = carry_state["std"].abs() + 0.1
+    carry = (carry_state, action[0] * 0 + 0.3)
+    return m, args, wm, actor, critic, batch, carry
+
+
+def one_step(name, m, args, wm, actor, critic, batch, carry) -> dict:
+    """Losses and gradients of one gradient step, as the training loop computes them (without the optimizer steps)."""
+    if name == "v3":
+        scales = {"image": 1.0, "reward": 1.0, "cont": 1.0, "dyn": args.dyn_scale, "rep": args.rep_scale}
+        loss, losses, post, _, _ = m.world_model_loss(wm, batch, carry, scales, args.kl_free)
+    else:
+        scales = {"image": 1.0, "reward": 1.0, "kl": args.kl_scale}
+        if name != "v2-dmc":
+            scales["discount"] = args.discount_scale
+        loss, losses, post, _, _ = m.world_model_loss(wm, batch, carry, scales, args)
+    out = {f"world model {k} loss": v for k, v in losses.items()}
+    grads = torch.autograd.grad(loss, list(wm.parameters()), allow_unused=True)
+    out.update({f"d world model / {n}": g for (n, _), g in zip(wm.named_parameters(), grads) if g is not None})
+    start = {k: v.detach().flatten(0, 1) for k, v in post.items()}
+    first = 1.0 - batch["is_terminal"].float().flatten(0, 1)
+    target = copy.deepcopy(critic).requires_grad_(False)
+    if name == "v1":
+        feats, _ = m.imagine(wm, actor, start, args.imagination_horizon)
+        actor_loss, critic_loss, _ = m.actor_critic_loss(wm, critic, feats, first, args)
+    else:
+        feats, actions = m.imagine(wm, actor, start, args.imagination_horizon)
+        if name == "v3":
+            norm = m.ReturnNorm(args.return_norm_decay, args.return_norm_limit)
+            actor_loss, critic_loss, _ = m.actor_critic_loss(wm, actor, critic, target, norm, feats, actions, first, args)
+        else:
+            actor_loss, critic_loss, _ = m.actor_critic_loss(
+                wm, actor, critic, target, feats, actions, args.gamma * first, args
+            )
+    out.update({"actor loss": actor_loss, "critic loss": critic_loss})
+    for label, loss, module in (("actor", actor_loss, actor), ("critic", critic_loss, critic)):
+        grads = torch.autograd.grad(loss, list(module.parameters()), retain_graph=True, allow_unused=True)
+        out.update({f"d {label} / {n}": g for (n, _), g in zip(module.named_parameters(), grads) if g is not None})
+    return out
+
+
+def mismatches(fast: dict, reference: dict) -> list:
+    """The keys whose values differ beyond a tight fp32 tolerance (relative 1e-5, absolute 1e-5 of the largest entry)."""
+    assert fast.keys() == reference.keys()
+    bad = []
+    for key, ref in reference.items():
+        scale = ref.abs().max().item()
+        if not torch.allclose(fast[key], ref, rtol=1e-5, atol=1e-5 * max(scale, 1e-3)):
+            bad.append(f"{key}: largest difference {(fast[key] - ref).abs().max().item():.3g} (largest value {scale:.3g})")
+    return bad
+
+
+@pytest.mark.parametrize("name", ["v1", "v2", "v3", "v2-dmc"])
+def test_gradient_step_matches_reference(name, monkeypatch):
+    m, args, wm, actor, critic, batch, carry = setup(name)
+    fast = one_step(name, m, args, wm, actor, critic, batch, carry)
+    monkeypatch.setattr(wm.rssm, "observe", lambda *a: reference_observe(wm.rssm, *a))
+    reference = one_step(name, m, args, wm, actor, critic, batch, carry)
+    assert len([k for k in fast if k.startswith("d world model")]) >= 20, fast.keys()
+    zeros = [k for k, v in reference.items() if not v.any() and "loss" not in k]
+    assert not zeros, f"{name}: all-zero gradients compare equal whatever the code does: {zeros}"
+    assert not mismatches(fast, reference), f"{name}: " + "\n".join(mismatches(fast, reference))
+
+
+@pytest.mark.parametrize("name", ["v1", "v3"])
+def test_reference_catches_a_changed_step(name, monkeypatch):
+    """The comparison can fail: a filter that ignores is_first (no reset in the middle of a row) is caught."""
+    m, args, wm, actor, critic, batch, carry = setup(name)
+    fast = one_step(name, m, args, wm, actor, critic, batch, carry)
+    no_reset = torch.zeros_like(batch["is_first"])
+    monkeypatch.setattr(wm.rssm, "observe", lambda e, a, f, s: reference_observe(wm.rssm, e, a, no_reset, s))
+    reference = one_step(name, m, args, wm, actor, critic, batch, carry)
+    assert len(mismatches(fast, reference)) > 10

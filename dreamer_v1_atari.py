@@ -316,10 +316,13 @@ def gaussian_nll(mean: torch.Tensor, target: torch.Tensor, event_dims: int = 0) 
 
 
 def sample_onehot(logits: torch.Tensor) -> torch.Tensor:
-    """One-hot sample with straight-through gradients: forward is the sample, backward flows through the probs."""
+    """One-hot sample with straight-through gradients: forward is the sample, backward flows through the probs.
+    Drawn by inverse CDF, the first class whose cumulative probability exceeds one uniform number per categorical (the
+    same distribution as Gumbel-max, with one random number per categorical instead of one per class)."""
     probs = F.softmax(logits, -1)
-    index = (logits - torch.log(-torch.log(torch.rand_like(logits).clamp(1e-20, 1.0)))).argmax(-1)  # Gumbel-max
-    sample = torch.zeros_like(probs).scatter_(-1, index[..., None], 1.0)
+    uniform = torch.rand_like(probs[..., :1], dtype=torch.float32)
+    index = (probs.float().cumsum(-1) < uniform).sum(-1, keepdim=True).clamp(max=probs.shape[-1] - 1)
+    sample = torch.zeros_like(probs).scatter_(-1, index, 1.0)
     return sample + probs - probs.detach()
 
 
@@ -967,6 +970,7 @@ if __name__ == "__main__":
     if args.compile:
         wm.encoder.forward = torch.compile(wm.encoder.forward)
         wm.decoder.forward = torch.compile(wm.decoder.forward)
+        wm.rssm.deter_step = torch.compile(wm.rssm.deter_step)  # the GRU step of observe's loop
         wm.rssm.img_step = torch.compile(wm.rssm.img_step)
         wm.rssm.obs_step = torch.compile(wm.rssm.obs_step)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")

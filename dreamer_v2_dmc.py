@@ -431,10 +431,13 @@ def gaussian_nll(mean: torch.Tensor, target: torch.Tensor, event_dims: int = 0) 
 
 
 def sample_onehot(logits: torch.Tensor) -> torch.Tensor:
-    """One-hot sample with straight-through gradients: forward is the sample, backward flows through the probs."""
+    """One-hot sample with straight-through gradients: forward is the sample, backward flows through the probs.
+    Drawn by inverse CDF, the first class whose cumulative probability exceeds one uniform number per categorical (the
+    same distribution as Gumbel-max, with one random number per categorical instead of one per class)."""
     probs = F.softmax(logits, -1)
-    index = (logits - torch.log(-torch.log(torch.rand_like(logits).clamp(1e-20, 1.0)))).argmax(-1)  # Gumbel-max
-    sample = torch.zeros_like(probs).scatter_(-1, index[..., None], 1.0)
+    uniform = torch.rand_like(probs[..., :1], dtype=torch.float32)
+    index = (probs.float().cumsum(-1) < uniform).sum(-1, keepdim=True).clamp(max=probs.shape[-1] - 1)
+    sample = torch.zeros_like(probs).scatter_(-1, index, 1.0)
     return sample + probs - probs.detach()
 
 
@@ -863,20 +866,24 @@ def imagine(wm: WorldModel, actor: Actor, start: dict, horizon: int):
 
         s_0 --a_0--> s_1 --a_1--> ... --a_{H-1}--> s_H,   a_t ~ pi(. | sg(s_t)), a reparameterised truncated normal sample
 
-    Returns feats [H+1, N, feat] and actions [H, N, A]. The graph is kept: the actor learns by backpropagating the
-    imagined returns through these states (their latent samples are straight-through) into its own actions (the paper's
-    `actor_grad: dynamics` for continuous actions). Its input is detached, so each action is credited only through the
-    states it leads to."""
-    state, feats, actions = start, [wm.rssm.get_feat(start)], []
+    Returns feats [H+1, N, feat], actions [H, N, A] and the actor's outputs (mean, std) [H, N, A] at s_0..s_{H-1}. The
+    graph is kept: the actor learns by backpropagating the imagined returns through these states (their latent samples
+    are straight-through) into its own actions (the paper's `actor_grad: dynamics` for continuous actions). Its input is
+    detached, so each action is credited only through the states it leads to. The actor loss takes its entropy bonus
+    from the returned (mean, std) instead of running the actor on the same states again (the same numbers)."""
+    state, feats, actions, means, stds = start, [wm.rssm.get_feat(start)], [], [], []
     for _ in range(horizon):
-        action = TruncNormal(*actor(feats[-1].detach())).sample()
+        mean, std = actor(feats[-1].detach())
+        action = TruncNormal(mean, std).sample()
         state = wm.rssm.img_step(state, action)
         feats.append(wm.rssm.get_feat(state))
         actions.append(action)
-    return torch.stack(feats), torch.stack(actions)
+        means.append(mean)
+        stds.append(std)
+    return torch.stack(feats), torch.stack(actions), (torch.stack(means), torch.stack(stds))
 
 
-def actor_critic_loss(wm, actor, critic, target_critic, feats, actions, first_discount, args: Args):
+def actor_critic_loss(wm, critic, target_critic, feats, actions, policy, first_discount, args: Args):
     """Actor and critic losses on an imagined trajectory (DreamerV2 eqs. 4-6, indexed as in the paper's code):
 
         t          0      1      2           H-1      H
@@ -898,7 +905,7 @@ def actor_critic_loss(wm, actor, critic, target_critic, feats, actions, first_di
     weight = torch.cumprod(torch.cat([torch.ones_like(discount[:1]), discount[:-1]], 0), 0)  # [H, N]
     target_value = target_critic(feats)  # [H+1, N]
     returns = lambda_returns(reward, target_value, discount, args.lmbda)  # [H, N]
-    policy = TruncNormal(*actor(feats[:-2].detach()))  # [H-1, N, A]
+    policy = TruncNormal(policy[0][:-1], policy[1][:-1])  # [H-1, N, A]: the actor's, from imagine
     entropy = policy.entropy()  # [H-1, N]
     actor_loss = (-(returns[1:] + args.actor_entropy * entropy) * weight[:-1]).mean()
     value = critic(feats[:-1].detach())  # [H, N]
@@ -1142,6 +1149,7 @@ if __name__ == "__main__":
     if args.compile:
         wm.encoder.forward = torch.compile(wm.encoder.forward)
         wm.decoder.forward = torch.compile(wm.decoder.forward)
+        wm.rssm.deter_step = torch.compile(wm.rssm.deter_step)  # the GRU step of observe's loop
         wm.rssm.img_step = torch.compile(wm.rssm.img_step)
         wm.rssm.obs_step = torch.compile(wm.rssm.obs_step)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
@@ -1348,10 +1356,10 @@ if __name__ == "__main__":
                     model_opt.step()
                     with autocast:
                         start = {k: v.detach().flatten(0, 1) for k, v in post.items()}  # [T * B, ...]
-                        feats, imagined_actions = imagine(wm, actor, start, args.imagination_horizon)
+                        feats, imagined_actions, policy = imagine(wm, actor, start, args.imagination_horizon)
                         first_discount = args.gamma * (1.0 - batch["is_terminal"].float().flatten(0, 1))
                         actor_loss, critic_loss, ac_metrics = actor_critic_loss(
-                            wm, actor, critic, target_critic, feats, imagined_actions, first_discount, args
+                            wm, critic, target_critic, feats, imagined_actions, policy, first_discount, args
                         )
                     actor_grad_norm = backward_and_clip(actor_loss, list(actor.parameters()), args.ac_grad_clip)
                     critic_grad_norm = backward_and_clip(critic_loss, list(critic.parameters()), args.ac_grad_clip)

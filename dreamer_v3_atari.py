@@ -347,10 +347,13 @@ def unimix_logits(logits: torch.Tensor, unimix: float) -> torch.Tensor:
 
 
 def sample_onehot(logits: torch.Tensor) -> torch.Tensor:
-    """One-hot sample with straight-through gradients: forward is the sample, backward flows through the probs."""
+    """One-hot sample with straight-through gradients: forward is the sample, backward flows through the probs.
+    Drawn by inverse CDF, the first class whose cumulative probability exceeds one uniform number per categorical (the
+    same distribution as Gumbel-max, with one random number per categorical instead of one per class)."""
     probs = F.softmax(logits, -1)
-    index = (logits - torch.log(-torch.log(torch.rand_like(logits).clamp(1e-20, 1.0)))).argmax(-1)  # Gumbel-max
-    sample = torch.zeros_like(probs).scatter_(-1, index[..., None], 1.0)
+    uniform = torch.rand_like(probs[..., :1], dtype=torch.float32)
+    index = (probs.float().cumsum(-1) < uniform).sum(-1, keepdim=True).clamp(max=probs.shape[-1] - 1)
+    sample = torch.zeros_like(probs).scatter_(-1, index, 1.0)
     return sample + probs - probs.detach()
 
 
@@ -739,24 +742,27 @@ def world_model_loss(wm: WorldModel, batch: dict, carry: tuple, scales: dict, kl
     return loss, {k: v.mean() for k, v in losses.items()}, post, new_carry, metrics
 
 
-@torch.no_grad()
 def imagine(wm: WorldModel, actor: Actor, start: dict, horizon: int):
     """Roll the prior forward `horizon` steps from every start state [N, ...], acting with the actor.
 
         s_0 --a_0--> s_1 --a_1--> ... --a_{H-1}--> s_H,   a_t ~ pi(. | s_t)
 
-    Returns feats [H+1, N, feat] and actions [H, N, A]. With REINFORCE (discrete actions) no gradient flows through the
-    imagined dynamics, so the whole rollout runs without building a graph."""
-    state, feats, actions = start, [wm.rssm.get_feat(start)], []
+    Returns feats [H+1, N, feat], actions [H, N, A] and the actor's log-probabilities [H, N, A] at s_0..s_{H-1}. With
+    REINFORCE (discrete actions) no gradient flows through the imagined dynamics, so the world model runs without
+    building a graph; the log-probabilities keep theirs, and the actor loss uses them instead of running the actor on
+    the same states again (the same numbers: nothing updates the actor in between)."""
+    state, feats, actions, log_probs = start, [wm.rssm.get_feat(start)], [], []
     for _ in range(horizon):
-        action = sample_onehot(actor(feats[-1]))
-        state = wm.rssm.img_step(state, action)
-        feats.append(wm.rssm.get_feat(state))
+        log_probs.append(actor(feats[-1]))
+        with torch.no_grad():
+            action = sample_onehot(log_probs[-1])
+            state = wm.rssm.img_step(state, action)
+            feats.append(wm.rssm.get_feat(state))
         actions.append(action)
-    return torch.stack(feats), torch.stack(actions)
+    return torch.stack(feats), torch.stack(actions), torch.stack(log_probs)
 
 
-def actor_critic_loss(wm, actor, critic, slow_critic, return_norm, feats, actions, first_cont, args: Args):
+def actor_critic_loss(wm, critic, slow_critic, return_norm, feats, actions, log_probs, first_cont, args: Args):
     """Actor and critic losses on an imagined trajectory (DreamerV3 eqs. 7-11).
 
     rewards r_t and continue flags c_t come from the world model heads at s_1..s_H (c_0 is 1 - is_terminal of the start);
@@ -774,8 +780,7 @@ def actor_critic_loss(wm, actor, critic, slow_critic, return_norm, feats, action
     returns = lambda_returns(reward, value, cont[1:], args.gamma, args.lmbda)  # [H, N]
     scale = return_norm.update(returns)
     advantage = (returns - value[:-1]) / scale  # [H, N]
-    log_probs = actor(feats[:-1])  # [H, N, A]
-    log_pi = (actions * log_probs).sum(-1)
+    log_pi = (actions * log_probs).sum(-1)  # log_probs [H, N, A]: the actor's, from imagine
     entropy = -(log_probs.exp() * log_probs).sum(-1)
     actor_loss = (-(log_pi * advantage + args.actor_entropy * entropy) * weight[:-1]).mean()
     critic_loss = twohot_loss(value_logits[:-1], returns, wm.bins) + args.slow_critic_reg * twohot_loss(
@@ -1016,6 +1021,7 @@ if __name__ == "__main__":
     if args.compile:
         wm.encoder.forward = torch.compile(wm.encoder.forward)
         wm.decoder.forward = torch.compile(wm.decoder.forward)
+        wm.rssm.deter_step = torch.compile(wm.rssm.deter_step)  # the GRU step of observe's loop
         wm.rssm.img_step = torch.compile(wm.rssm.img_step)
         wm.rssm.obs_step = torch.compile(wm.rssm.obs_step)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
@@ -1209,10 +1215,10 @@ if __name__ == "__main__":
                     model_opt.step()
                     with autocast:
                         start = {k: v.detach().flatten(0, 1) for k, v in post.items()}  # [T * B, ...]
-                        feats, imagined_actions = imagine(wm, actor, start, args.imagination_horizon)
+                        feats, imagined_actions, log_probs = imagine(wm, actor, start, args.imagination_horizon)
                         first_cont = 1.0 - batch["is_terminal"].float().flatten(0, 1)
                         actor_loss, critic_loss, ac_metrics = actor_critic_loss(
-                            wm, actor, critic, slow_critic, return_norm, feats, imagined_actions, first_cont, args
+                            wm, critic, slow_critic, return_norm, feats, imagined_actions, log_probs, first_cont, args
                         )
                     actor_opt.zero_grad(set_to_none=True)
                     critic_opt.zero_grad(set_to_none=True)

@@ -55,6 +55,11 @@ class Bench:
     """count the FLOPs of one gradient step (one extra, untimed step)"""
     device: str = "cuda" if torch.cuda.is_available() else "cpu"
     """device to run on"""
+    tiny: bool = False
+    """tiny networks and batches: a quick check that the benchmark runs (the figures mean nothing)"""
+
+
+TINY = dict(deter_size=16, hidden_size=16, cnn_depth=2, mlp_units=16, stoch_size=4, batch_size=2, batch_length=8)
 
 
 def sync(device: torch.device):
@@ -66,7 +71,7 @@ def build(name: str, precision: str, bench: Bench) -> dict:
     """The networks, optimizers, a random batch and the two halves of one gradient step, as the training loop has them."""
     m, device = SCRIPTS[name], torch.device(bench.device)
     torch.manual_seed(0)
-    args = m.Args(precision=precision, compile=bench.compile)
+    args = m.Args(precision=precision, compile=bench.compile, **(TINY if bench.tiny else {}))
     if name == "v3":
         v3.resolve_sizes(args)
     channels = 1 if getattr(args, "grayscale", False) else 3
@@ -91,6 +96,7 @@ def build(name: str, precision: str, bench: Bench) -> dict:
     if bench.compile:
         wm.encoder.forward = torch.compile(wm.encoder.forward)
         wm.decoder.forward = torch.compile(wm.decoder.forward)
+        wm.rssm.deter_step = torch.compile(wm.rssm.deter_step)  # the GRU step of observe's loop
         wm.rssm.img_step = torch.compile(wm.rssm.img_step)
         wm.rssm.obs_step = torch.compile(wm.rssm.obs_step)
     T, B = args.batch_length, args.batch_size
@@ -139,14 +145,14 @@ def build(name: str, precision: str, bench: Bench) -> dict:
                 feats, _ = m.imagine(wm, actor, start, args.imagination_horizon)
                 actor_loss, critic_loss, _ = m.actor_critic_loss(wm, critic, feats, first, args)
             else:
-                feats, imagined = m.imagine(wm, actor, start, args.imagination_horizon)
+                feats, imagined, policy = m.imagine(wm, actor, start, args.imagination_horizon)
                 if name == "v3":
                     actor_loss, critic_loss, _ = m.actor_critic_loss(
-                        wm, actor, critic, target, return_norm, feats, imagined, first, args
+                        wm, critic, target, return_norm, feats, imagined, policy, first, args
                     )
                 else:
                     actor_loss, critic_loss, _ = m.actor_critic_loss(
-                        wm, actor, critic, target, feats, imagined, args.gamma * first, args
+                        wm, critic, target, feats, imagined, policy, args.gamma * first, args
                     )
         actor_opt.zero_grad(set_to_none=True)
         critic_opt.zero_grad(set_to_none=True)
@@ -196,7 +202,8 @@ def main(bench: Bench):
     v3.set_malloc_for_speed()
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     print(f"torch {torch.__version__}, {where}, compile {bench.compile}", flush=True)
-    peaks = {p: matmul_peak(p, device) for p in bench.precisions}
+    n = 256 if bench.tiny else 4096
+    peaks = {p: matmul_peak(p, device, n) for p in bench.precisions}
     rows = []
     for name in bench.scripts:
         setups = {p: build(name, p, bench) for p in bench.precisions}
@@ -234,7 +241,7 @@ def main(bench: Bench):
             rows.append((name, precision, args.batch_size, args.batch_length, wm_s, beh_s, flops, act_rate))
         del setups
     fp32 = {name: wm + beh for name, precision, _, _, wm, beh, _, _ in rows if precision == "32"}
-    print("\nmatmul peak (4096^3 product): " + ", ".join(f"{p} {peaks[p] / 1e9:.0f} GFLOP/s" for p in bench.precisions))
+    print(f"\nmatmul peak ({n}^3 product): " + ", ".join(f"{p} {peaks[p] / 1e9:.0f} GFLOP/s" for p in bench.precisions))
     print(
         "\n| script | precision | batch | s / gradient step | world model | behaviour | vs fp32 | GFLOP / step "
         "| GFLOP/s | of matmul peak | acting, policy steps/s |"
@@ -243,8 +250,8 @@ def main(bench: Bench):
     for name, precision, batch_size, batch_length, wm_s, beh_s, flops, act_rate in rows:
         total = wm_s + beh_s
         speedup = f"{fp32[name] / total:.2f}x" if name in fp32 else "-"
-        gflop = f"{flops / 1e9:.0f}" if flops else "-"
-        rate = f"{flops / total / 1e9:.0f}" if flops else "-"
+        gflop = f"{flops / 1e9:.3g}" if flops else "-"
+        rate = f"{flops / total / 1e9:.3g}" if flops else "-"
         share = f"{100 * flops / total / peaks[precision]:.0f}%" if flops else "-"
         print(
             f"| {name} | {precision} | {batch_size} x {batch_length} | {total:.2f} | {wm_s:.2f} | {beh_s:.2f} | {speedup} "

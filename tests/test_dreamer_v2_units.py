@@ -168,15 +168,16 @@ def test_actor_critic_loss_uses_the_target_critic_and_replayed_first_discount():
     actor, critic = v2.Actor(feat_size, 3, 8, 1), v2.Critic(feat_size, 8, 1)
     target = copy.deepcopy(critic)
     start = {k: v[0] for k, v in run_world_model_loss(wm, args, tiny_batch())[2].items()}
-    feats, actions = v2.imagine(wm, actor, start, args.imagination_horizon)
-    assert feats.shape == (5, 2, feat_size) and actions.shape == (4, 2, 3)
-    actor_loss, critic_loss, metrics = v2.actor_critic_loss(wm, actor, critic, target, feats, actions,
+    feats, actions, log_probs = v2.imagine(wm, actor, start, args.imagination_horizon)
+    assert feats.shape == (5, 2, feat_size) and actions.shape == log_probs.shape == (4, 2, 3)
+    torch.testing.assert_close(log_probs, actor(feats[:-1]))  # the actor's outputs, with their graph
+    actor_loss, critic_loss, metrics = v2.actor_critic_loss(wm, critic, target, feats, actions, log_probs,
                                                             torch.full((2,), args.gamma), args)  # fmt: skip
     assert actor_loss.requires_grad and critic_loss.requires_grad
     # a target critic shifted by a constant shifts the returns (d_0 = gamma on every step) but not the advantages much
     with torch.no_grad():
         target.net.out.bias.add_(100.0)
-    _, _, shifted = v2.actor_critic_loss(wm, actor, critic, target, feats, actions, torch.full((2,), args.gamma), args)
+    _, _, shifted = v2.actor_critic_loss(wm, critic, target, feats, actions, log_probs, torch.full((2,), args.gamma), args)
     assert shifted["imagined_return"] - metrics["imagined_return"] > 10  # the returns come from the target critic
     assert shifted["value"] == metrics["value"]  # the online critic is untouched
 

@@ -4,6 +4,7 @@ The script is imported as a module (it has no side effects on import); pytest pu
 tests/ is a package."""
 
 import copy
+import importlib
 
 import numpy as np
 import pytest
@@ -508,22 +509,24 @@ def imagined(args: v3.Args, N: int = 8, H: int = 5):
     critic = v3.Critic(feat_size, args.reward_bins, args.mlp_units, args.mlp_layers)
     start = {k: v.detach() for k, v in wm.rssm.initial(N).items()}
     start["deter"] = start["deter"] + torch.randn(N, args.deter_size)  # varied start states
-    feats, actions = v3.imagine(wm, actor, start, H)
-    return wm, actor, critic, feats, actions
+    feats, actions, log_probs = v3.imagine(wm, actor, start, H)
+    return wm, actor, critic, feats, actions, log_probs
 
 
 def test_imagine_shapes_and_no_graph():
     args = tiny_args()
-    wm, actor, critic, feats, actions = imagined(args, N=8, H=5)
+    wm, actor, critic, feats, actions, log_probs = imagined(args, N=8, H=5)
     assert feats.shape == (6, 8, args.deter_size + args.stoch_size * args.classes)
-    assert actions.shape == (5, 8, ACTIONS)
+    assert actions.shape == log_probs.shape == (5, 8, ACTIONS)
     torch.testing.assert_close(actions, F.one_hot(actions.argmax(-1), ACTIONS).float())  # one-hot, up to rounding
     assert not feats.requires_grad and not actions.requires_grad
+    torch.testing.assert_close(log_probs, actor(feats[:-1]))  # the actor's outputs, with their graph
+    assert log_probs.requires_grad
 
 
 def test_critic_starts_at_zero():
     args = tiny_args()
-    _, _, critic, feats, _ = imagined(args)
+    _, _, critic, feats, _, _ = imagined(args)
     logits = critic(feats)
     assert logits.shape[-1] == args.reward_bins
     assert (logits == 0).all()  # zero-initialised output layer
@@ -533,11 +536,11 @@ def test_critic_starts_at_zero():
 
 def test_actor_critic_losses_touch_only_their_own_networks():
     args = tiny_args()
-    wm, actor, critic, feats, actions = imagined(args)
+    wm, actor, critic, feats, actions, log_probs = imagined(args)
     slow_critic = copy.deepcopy(critic).requires_grad_(False)
     norm = v3.ReturnNorm(args.return_norm_decay, args.return_norm_limit)
     first_cont = torch.ones(feats.shape[1])
-    actor_loss, critic_loss, metrics = v3.actor_critic_loss(wm, actor, critic, slow_critic, norm, feats, actions,
+    actor_loss, critic_loss, metrics = v3.actor_critic_loss(wm, critic, slow_critic, norm, feats, actions, log_probs,
                                                             first_cont, args)  # fmt: skip
     assert torch.isfinite(actor_loss) and torch.isfinite(critic_loss)
     assert set(metrics) >= {"return_scale", "actor_entropy", "imagined_return", "value"}
@@ -556,11 +559,11 @@ def test_actor_critic_losses_touch_only_their_own_networks():
 def test_actor_loss_is_reinforce_with_normalised_advantage():
     """With the entropy term off, the actor's gradient is that of -mean(weight * log pi(a) * sg((R - v) / S))."""
     args = tiny_args(actor_entropy=0.0)
-    wm, actor, critic, feats, actions = imagined(args)
+    wm, actor, critic, feats, actions, log_probs = imagined(args)
     slow_critic = copy.deepcopy(critic)
     first_cont = torch.ones(feats.shape[1])
     norm = v3.ReturnNorm(args.return_norm_decay, args.return_norm_limit)
-    actor_loss, _, metrics = v3.actor_critic_loss(wm, actor, critic, slow_critic, copy.deepcopy(norm), feats, actions,
+    actor_loss, _, metrics = v3.actor_critic_loss(wm, critic, slow_critic, copy.deepcopy(norm), feats, actions, log_probs,
                                                   first_cont, args)  # fmt: skip
     with torch.no_grad():
         reward = v3.twohot_mean(wm.reward(feats[1:]), wm.bins)
@@ -573,3 +576,20 @@ def test_actor_loss_is_reinforce_with_normalised_advantage():
     expected = (-(log_pi * advantage) * weight[:-1]).mean()
     torch.testing.assert_close(actor_loss, expected)
     torch.testing.assert_close(metrics["imagined_return"], returns.mean())
+
+
+@pytest.mark.parametrize("script", ["dreamer_v2_atari", "dreamer_v3_atari", "dreamer_v2_dmc"])
+def test_onehot_samples_follow_the_probabilities(script):
+    """sample_onehot (inverse CDF) draws each class with its probability, per latent, never an impossible class, and its
+    gradient is the gradient of the probabilities (straight-through)."""
+    module = importlib.import_module(script)
+    torch.manual_seed(0)
+    logits = torch.tensor([[1.0, 0.0, -1.0, -float("inf")], [20.0, 0.0, 0.0, 0.0]]).repeat(20000, 1, 1).requires_grad_()
+    sample = module.sample_onehot(logits)  # [20000, 2 latents, 4 classes]
+    assert torch.equal(sample.detach().sum(-1), torch.ones(20000, 2))
+    torch.testing.assert_close(sample.detach().mean(0), torch.softmax(logits[0].detach(), -1), atol=0.01, rtol=0)
+    assert sample.detach()[:, 0, 3].sum() == 0  # probability 0
+    weights = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    (grad,) = torch.autograd.grad((sample * weights).sum(), logits)
+    (expected,) = torch.autograd.grad((torch.softmax(logits, -1) * weights).sum(), logits)
+    torch.testing.assert_close(grad, expected)

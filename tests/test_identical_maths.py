@@ -7,7 +7,8 @@ calling `obs_step` (which concatenates h_t and e_t and runs every layer) at each
 priors. The random draws (Gumbel noise of the categorical samples, Gaussian noise of V1's latents, V2-DMC's uniform
 draws) are replaced by a fixed function of the tensor's shape, so both computations sample the same latents. Then the
 world model loss, every world model gradient, and the actor and critic losses and gradients of the imagination that
-starts from those posteriors are compared."""
+starts from those posteriors are compared; V2's and V3's actor losses reuse the log-probabilities the imagination computed
+(V2-DMC its mean and std), where the reference runs the actor again on the imagined states."""
 
 import copy
 
@@ -95,8 +96,9 @@ def setup(name: str):
     return m, args, wm, actor, critic, batch, carry
 
 
-def one_step(name, m, args, wm, actor, critic, batch, carry) -> dict:
-    """Losses and gradients of one gradient step, as the training loop computes them (without the optimizer steps)."""
+def one_step(name, m, args, wm, actor, critic, batch, carry, reference: bool = False) -> dict:
+    """Losses and gradients of one gradient step, as the training loop computes them (without the optimizer steps);
+    with `reference`, the actor loss runs the actor again instead of reusing the imagination's outputs."""
     if name == "v3":
         scales = {"image": 1.0, "reward": 1.0, "cont": 1.0, "dyn": args.dyn_scale, "rep": args.rep_scale}
         loss, losses, post, _, _ = m.world_model_loss(wm, batch, carry, scales, args.kl_free)
@@ -115,13 +117,15 @@ def one_step(name, m, args, wm, actor, critic, batch, carry) -> dict:
         feats, _ = m.imagine(wm, actor, start, args.imagination_horizon)
         actor_loss, critic_loss, _ = m.actor_critic_loss(wm, critic, feats, first, args)
     else:
-        feats, actions = m.imagine(wm, actor, start, args.imagination_horizon)
+        feats, actions, policy = m.imagine(wm, actor, start, args.imagination_horizon)
+        if reference:  # the textbook loss runs the actor again on the imagined states
+            policy = actor(feats[:-1].detach())
         if name == "v3":
             norm = m.ReturnNorm(args.return_norm_decay, args.return_norm_limit)
-            actor_loss, critic_loss, _ = m.actor_critic_loss(wm, actor, critic, target, norm, feats, actions, first, args)
+            actor_loss, critic_loss, _ = m.actor_critic_loss(wm, critic, target, norm, feats, actions, policy, first, args)
         else:
             actor_loss, critic_loss, _ = m.actor_critic_loss(
-                wm, actor, critic, target, feats, actions, args.gamma * first, args
+                wm, critic, target, feats, actions, policy, args.gamma * first, args
             )
     out.update({"actor loss": actor_loss, "critic loss": critic_loss})
     for label, loss, module in (("actor", actor_loss, actor), ("critic", critic_loss, critic)):
@@ -131,12 +135,15 @@ def one_step(name, m, args, wm, actor, critic, batch, carry) -> dict:
 
 
 def mismatches(fast: dict, reference: dict) -> list:
-    """The keys whose values differ beyond a tight fp32 tolerance (relative 1e-5, absolute 1e-5 of the largest entry)."""
+    """The keys whose values differ beyond a tight fp32 tolerance: 1e-4 relative, and absolute 1e-4 of the largest entry.
+    (The two computations sum the same terms in different orders: the worst difference measured is 2.5e-5 of the
+    largest entry, in V3's encoder LayerNorm bias, whose gradient sums over every pixel of every frame; a real change
+    of the maths, like the missed reset below, differs by far more.)"""
     assert fast.keys() == reference.keys()
     bad = []
     for key, ref in reference.items():
         scale = ref.abs().max().item()
-        if not torch.allclose(fast[key], ref, rtol=1e-5, atol=1e-5 * max(scale, 1e-3)):
+        if not torch.allclose(fast[key], ref, rtol=1e-4, atol=1e-4 * max(scale, 1e-3)):
             bad.append(f"{key}: largest difference {(fast[key] - ref).abs().max().item():.3g} (largest value {scale:.3g})")
     return bad
 
@@ -146,7 +153,7 @@ def test_gradient_step_matches_reference(name, monkeypatch):
     m, args, wm, actor, critic, batch, carry = setup(name)
     fast = one_step(name, m, args, wm, actor, critic, batch, carry)
     monkeypatch.setattr(wm.rssm, "observe", lambda *a: reference_observe(wm.rssm, *a))
-    reference = one_step(name, m, args, wm, actor, critic, batch, carry)
+    reference = one_step(name, m, args, wm, actor, critic, batch, carry, reference=True)
     assert len([k for k in fast if k.startswith("d world model")]) >= 20, fast.keys()
     zeros = [k for k, v in reference.items() if not v.any() and "loss" not in k]
     assert not zeros, f"{name}: all-zero gradients compare equal whatever the code does: {zeros}"
@@ -160,5 +167,5 @@ def test_reference_catches_a_changed_step(name, monkeypatch):
     fast = one_step(name, m, args, wm, actor, critic, batch, carry)
     no_reset = torch.zeros_like(batch["is_first"])
     monkeypatch.setattr(wm.rssm, "observe", lambda e, a, f, s: reference_observe(wm.rssm, e, a, no_reset, s))
-    reference = one_step(name, m, args, wm, actor, critic, batch, carry)
+    reference = one_step(name, m, args, wm, actor, critic, batch, carry, reference=True)
     assert len(mismatches(fast, reference)) > 10

@@ -1,0 +1,35 @@
+"""benchmarks/speed.py runs every script's gradient step, FLOP count and acting, and prints its table (tiny sizes)."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_speed_table_has_a_row_per_script_and_precision():
+    out = subprocess.run(
+        [sys.executable, "benchmarks/speed.py", "--tiny", "--warmup", "0", "--steps", "1", "--act-steps", "2"],
+        cwd=ROOT,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),  # the suite runs two workers on two cores
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [line for line in out.stdout.splitlines() if re.match(r"\| (v1|v2|v3|v2-dmc) \|", line)]
+    assert [r.split("|")[1:3] for r in rows] == [
+        [f" {s} ", f" {p} "] for s in ("v1", "v2", "v3", "v2-dmc") for p in ("32", "bf16")
+    ]
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        total, world_model, behaviour, gflop, act = (
+            float(cells[3]),
+            float(cells[4]),
+            float(cells[5]),
+            float(cells[7]),
+            float(cells[10]),
+        )
+        assert total > 0 and abs(total - world_model - behaviour) < 0.02 and gflop > 0 and act > 0, row

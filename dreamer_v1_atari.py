@@ -721,6 +721,8 @@ def actor_critic_loss(wm, critic, feats, start_weight, args: Args):
 
     The actor's gradient flows through the reward, discount and critic heads and the imagined states; only the actor's
     parameters are updated with it (backward_and_clip computes gradients for the given parameters alone)."""
+    if torch.is_autocast_enabled(feats.device.type):  # each head would cast feats to bf16 on its own: cast them once
+        feats = feats.to(torch.get_autocast_dtype(feats.device.type))
     reward = wm.reward(feats[:-1]).squeeze(-1).float()  # [H-1, N]
     discount = torch.sigmoid(wm.discount(feats[:-1]).squeeze(-1).float())  # [H-1, N]
     value = critic(feats)  # [H, N]

@@ -731,6 +731,8 @@ def actor_critic_loss(wm, critic, target_critic, feats, actions, log_probs, firs
         actor:  -(log pi(a_t | s_t) sg(R_{t+1} - v'(s_t)) + eta H[pi(. | s_t)]) weight_t,  t = 0..H-2      (REINFORCE)
 
     a_t earns R_{t+1}, the return from the state it leads to, which starts with that state's reward r_{t+1}."""
+    if torch.is_autocast_enabled(feats.device.type):  # each head would cast feats to bf16 on its own: cast them once
+        feats = feats.to(torch.get_autocast_dtype(feats.device.type))
     with torch.no_grad():
         reward = wm.reward(feats[:-1]).squeeze(-1).float()  # [H, N]
         discount = torch.cat([first_discount[None], torch.sigmoid(wm.discount(feats[1:-1]).squeeze(-1).float())], 0)

@@ -900,6 +900,8 @@ def actor_critic_loss(wm, critic, target_critic, feats, actions, policy, first_d
     R_{t+1} depends on a_t through s_{t+1} onwards: the reward head, the target critic and the imagined states are all
     differentiable, and the actor's gradient flows through them into the actions. Only the actor's parameters are
     updated with it (backward_and_clip computes the gradients of the given parameters alone)."""
+    if torch.is_autocast_enabled(feats.device.type):  # each head would cast feats to bf16 on its own: cast them once
+        feats = feats.to(torch.get_autocast_dtype(feats.device.type))
     reward = wm.reward(feats[:-1]).squeeze(-1).float()  # [H, N]
     discount = torch.cat([first_discount[None], torch.full_like(reward[1:], args.gamma)], 0)  # [H, N]
     weight = torch.cumprod(torch.cat([torch.ones_like(discount[:1]), discount[:-1]], 0), 0)  # [H, N]

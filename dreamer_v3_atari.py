@@ -770,6 +770,8 @@ def actor_critic_loss(wm, critic, slow_critic, return_norm, feats, actions, log_
         critic: -log p_v(R_t | s_t) - slow_reg log p_v(v_slow(s_t) | s_t), weighted
         actor:  -(log pi(a_t | s_t) sg((R_t - v(s_t)) / S) + eta H[pi(. | s_t)]), weighted     (REINFORCE)
     """
+    if torch.is_autocast_enabled(feats.device.type):  # each head would cast feats to bf16 on its own: cast them once
+        feats = feats.to(torch.get_autocast_dtype(feats.device.type))
     with torch.no_grad():
         reward = twohot_mean(wm.reward(feats[1:]), wm.bins)  # [H, N]
         cont = torch.cat([first_cont[None], (wm.cont(feats[1:]).squeeze(-1) > 0).float()], 0)  # [H+1, N]

@@ -6,7 +6,8 @@ For every script and precision, at the paper's sizes and batch shapes (the scrip
 - FLOPs per gradient step, counted by `torch.utils.flop_counter` (matrix products and convolutions, forward and
   backward), and the FLOP/s achieved, against the FLOP/s of one large matrix product of the same precision timed in the
   same process (the "matmul peak" this machine reaches from PyTorch);
-- policy steps per second of acting alone: the script's `act` (encoder, one RSSM step, actor) for one env, no env.
+- policy steps per second of acting alone: the script's `act` (encoder, one RSSM step, actor) for one env, no env;
+  and, to compare, of the script's own env alone (its `make_env` with the default --env-id, random actions).
 
 Each gradient step runs exactly the code of the training loop, on a batch of random frames and actions. Precisions are
 interleaved step by step (32, bf16, 32, bf16, ...), so that both see the same load. Run it on a quiet machine.
@@ -48,7 +49,7 @@ class Bench:
     steps: int = 3
     """timed gradient steps (the table gives their mean)"""
     act_steps: int = 100
-    """timed policy steps"""
+    """timed policy steps (of acting alone and of the env alone)"""
     compile: bool = False
     """torch.compile what each script's --compile compiles"""
     flops: bool = True
@@ -182,6 +183,23 @@ def build(name: str, precision: str, bench: Bench) -> dict:
     return dict(world_model=world_model_step, behaviour=behaviour_step, act=act_step, device=device, args=args)
 
 
+def env_rate(name: str, steps: int) -> float:
+    """Policy steps per second of the script's env alone (default --env-id, random actions, resets included)."""
+    m, args = SCRIPTS[name], SCRIPTS[name].Args()
+    m.check_env(args if name == "v2-dmc" else args.env_id)  # as the script does at start-up (registers ale-py's envs)
+    env = m.make_env(args.env_id, 0, 0, False, "speed")()
+    env.action_space.seed(0)
+    env.reset(seed=0)
+    start = time.perf_counter()
+    for _ in range(steps):
+        _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        if terminated or truncated:
+            env.reset()
+    rate = steps / (time.perf_counter() - start)
+    env.close()
+    return rate
+
+
 def matmul_peak(precision: str, device: torch.device, n: int = 4096, repeats: int = 5) -> float:
     """FLOP/s of an n x n x n matrix product in this precision (the best of `repeats`)."""
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
@@ -204,7 +222,7 @@ def main(bench: Bench):
     print(f"torch {torch.__version__}, {where}, compile {bench.compile}", flush=True)
     n = 256 if bench.tiny else 4096
     peaks = {p: matmul_peak(p, device, n) for p in bench.precisions}
-    rows = []
+    rows, env_rates = [], {}
     for name in bench.scripts:
         setups = {p: build(name, p, bench) for p in bench.precisions}
         times = {p: dict(world_model=[], behaviour=[]) for p in bench.precisions}
@@ -240,13 +258,14 @@ def main(bench: Bench):
             args = setup["args"]
             rows.append((name, precision, args.batch_size, args.batch_length, wm_s, beh_s, flops, act_rate))
         del setups
+        env_rates[name] = env_rate(name, bench.act_steps)
     fp32 = {name: wm + beh for name, precision, _, _, wm, beh, _, _ in rows if precision == "32"}
     print(f"\nmatmul peak ({n}^3 product): " + ", ".join(f"{p} {peaks[p] / 1e9:.0f} GFLOP/s" for p in bench.precisions))
     print(
         "\n| script | precision | batch | s / gradient step | world model | behaviour | vs fp32 | GFLOP / step "
-        "| GFLOP/s | of matmul peak | acting, policy steps/s |"
+        "| GFLOP/s | of matmul peak | acting, policy steps/s | env alone, policy steps/s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, precision, batch_size, batch_length, wm_s, beh_s, flops, act_rate in rows:
         total = wm_s + beh_s
         speedup = f"{fp32[name] / total:.2f}x" if name in fp32 else "-"
@@ -255,7 +274,7 @@ def main(bench: Bench):
         share = f"{100 * flops / total / peaks[precision]:.0f}%" if flops else "-"
         print(
             f"| {name} | {precision} | {batch_size} x {batch_length} | {total:.2f} | {wm_s:.2f} | {beh_s:.2f} | {speedup} "
-            f"| {gflop} | {rate} | {share} | {act_rate:.0f} |"
+            f"| {gflop} | {rate} | {share} | {act_rate:.0f} | {env_rates[name]:.0f} |"
         )
 
 

@@ -934,7 +934,7 @@ def backward_and_clip(loss: torch.Tensor, params: list, clip: float) -> torch.Te
         flat /= dist.get_world_size()
         grads = flat.split([g.numel() for g in grads])
     for p, g in zip(params, grads):
-        p.grad = g.view_as(p)
+        p.grad = g.contiguous().view_as(p)  # fused Adam reads a gradient as laid out like its parameter
     return nn.utils.clip_grad_norm_(params, clip)
 
 

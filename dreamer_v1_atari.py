@@ -751,7 +751,8 @@ def backward_and_clip(loss: torch.Tensor, params: list, clip: float) -> torch.Te
         flat /= dist.get_world_size()
         grads = flat.split([g.numel() for g in grads])
     for p, g in zip(params, grads):
-        p.grad = g.contiguous().view_as(p)  # fused Adam reads a gradient as laid out like its parameter
+        g = g.view_as(p)  # fused Adam reads a gradient as laid out like its parameter (channels_last convs):
+        p.grad = g if g.stride() == p.stride() else torch.empty_like(p).copy_(g)
     return nn.utils.clip_grad_norm_(params, clip)
 
 

@@ -808,7 +808,7 @@ def backward_and_clip(loss: torch.Tensor, params: list, clip: float) -> torch.Te
         dist.all_reduce(flat)
         flat /= dist.get_world_size()
         for p, g in zip(params, flat.split([g.numel() for g in grads])):
-            p.grad = g.view_as(p)
+            p.grad = torch.empty_like(p).copy_(g.view_as(p))  # in p's memory layout, as fused Adam reads it
     return nn.utils.clip_grad_norm_(params, clip)
 
 

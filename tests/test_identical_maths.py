@@ -171,27 +171,39 @@ def test_reference_catches_a_changed_step(name, monkeypatch):
     assert len(mismatches(fast, reference)) > 10
 
 
+@pytest.mark.parametrize("distributed", [False, True], ids=["one process", "process group"])
 @pytest.mark.parametrize("name", ["v1", "v2", "v3", "v2-dmc"])
-def test_fused_optimizer_step_matches_the_plain_one(name):
+def test_fused_optimizer_step_matches_the_plain_one(name, distributed, tmp_path):
     """The scripts use fused Adam (AdamW for V2). It reads each gradient's memory as if laid out like its parameter, so
-    a transposed gradient from torch.autograd.grad (V1 and V2-DMC write those into .grad) must be made contiguous first:
-    three world model steps through the script's backward_and_clip give the same weights as the unfused optimizer."""
+    a gradient in another layout (a transposed one from torch.autograd.grad, which V1 and V2-DMC write into .grad, or
+    one rebuilt from the all-reduced flat vector for a channels_last convolution) must be copied into the parameter's
+    layout first. Three world model steps through the script's backward_and_clip, with the encoder and decoder in
+    channels_last as in the scripts, give the same weights as the unfused optimizer; also through the all-reduce path
+    (a one-process gloo group)."""
     m, args, wm, actor, critic, batch, carry = setup(name)
-    results = []
-    for fused in (True, False):
-        model = copy.deepcopy(wm)
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=fused)
-        for _ in range(3):
-            if name == "v3":
-                scales = {"image": 1.0, "reward": 1.0, "cont": 1.0, "dyn": args.dyn_scale, "rep": args.rep_scale}
-                loss = m.world_model_loss(model, batch, carry, scales, args.kl_free)[0]
-            else:
-                scales = {"image": 1.0, "reward": 1.0, "kl": args.kl_scale}
-                if name != "v2-dmc":
-                    scales["discount"] = args.discount_scale
-                loss = m.world_model_loss(model, batch, carry, scales, args)[0]
-            opt.zero_grad(set_to_none=True)
-            m.backward_and_clip(loss, list(model.parameters()), 100.0)
-            opt.step()
-        results.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    if distributed:
+        torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        results = []
+        for fused in (True, False):
+            model = copy.deepcopy(wm)
+            model.encoder.to(memory_format=torch.channels_last)
+            model.decoder.to(memory_format=torch.channels_last)
+            opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=fused)
+            for _ in range(3):
+                if name == "v3":
+                    scales = {"image": 1.0, "reward": 1.0, "cont": 1.0, "dyn": args.dyn_scale, "rep": args.rep_scale}
+                    loss = m.world_model_loss(model, batch, carry, scales, args.kl_free)[0]
+                else:
+                    scales = {"image": 1.0, "reward": 1.0, "kl": args.kl_scale}
+                    if name != "v2-dmc":
+                        scales["discount"] = args.discount_scale
+                    loss = m.world_model_loss(model, batch, carry, scales, args)[0]
+                opt.zero_grad(set_to_none=True)
+                m.backward_and_clip(loss, list(model.parameters()), 100.0)
+                opt.step()
+            results.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    finally:
+        if distributed:
+            torch.distributed.destroy_process_group()
     torch.testing.assert_close(results[0], results[1], rtol=1e-5, atol=1e-6)

@@ -96,17 +96,21 @@ def setup(name: str):
     return m, args, wm, actor, critic, batch, carry
 
 
+def world_model_loss(name, m, args, wm, batch, carry):
+    """The script's world_model_loss with the loss scales its training loop passes."""
+    if name == "v3":
+        scales = {"image": 1.0, "reward": 1.0, "cont": 1.0, "dyn": args.dyn_scale, "rep": args.rep_scale}
+        return m.world_model_loss(wm, batch, carry, scales, args.kl_free)
+    scales = {"image": 1.0, "reward": 1.0, "kl": args.kl_scale}
+    if name != "v2-dmc":
+        scales["discount"] = args.discount_scale
+    return m.world_model_loss(wm, batch, carry, scales, args)
+
+
 def one_step(name, m, args, wm, actor, critic, batch, carry, reference: bool = False) -> dict:
     """Losses and gradients of one gradient step, as the training loop computes them (without the optimizer steps);
     with `reference`, the actor loss runs the actor again instead of reusing the imagination's outputs."""
-    if name == "v3":
-        scales = {"image": 1.0, "reward": 1.0, "cont": 1.0, "dyn": args.dyn_scale, "rep": args.rep_scale}
-        loss, losses, post, _, _ = m.world_model_loss(wm, batch, carry, scales, args.kl_free)
-    else:
-        scales = {"image": 1.0, "reward": 1.0, "kl": args.kl_scale}
-        if name != "v2-dmc":
-            scales["discount"] = args.discount_scale
-        loss, losses, post, _, _ = m.world_model_loss(wm, batch, carry, scales, args)
+    loss, losses, post, _, _ = world_model_loss(name, m, args, wm, batch, carry)
     out = {f"world model {k} loss": v for k, v in losses.items()}
     grads = torch.autograd.grad(loss, list(wm.parameters()), allow_unused=True)
     out.update({f"d world model / {n}": g for (n, _), g in zip(wm.named_parameters(), grads) if g is not None})
@@ -191,14 +195,7 @@ def test_fused_optimizer_step_matches_the_plain_one(name, distributed, tmp_path)
             model.decoder.to(memory_format=torch.channels_last)
             opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=fused)
             for _ in range(3):
-                if name == "v3":
-                    scales = {"image": 1.0, "reward": 1.0, "cont": 1.0, "dyn": args.dyn_scale, "rep": args.rep_scale}
-                    loss = m.world_model_loss(model, batch, carry, scales, args.kl_free)[0]
-                else:
-                    scales = {"image": 1.0, "reward": 1.0, "kl": args.kl_scale}
-                    if name != "v2-dmc":
-                        scales["discount"] = args.discount_scale
-                    loss = m.world_model_loss(model, batch, carry, scales, args)[0]
+                loss = world_model_loss(name, m, args, model, batch, carry)[0]
                 opt.zero_grad(set_to_none=True)
                 m.backward_and_clip(loss, list(model.parameters()), 100.0)
                 opt.step()

@@ -54,6 +54,8 @@ class Bench:
     """torch.compile what each script's --compile compiles"""
     flops: bool = True
     """count the FLOPs of one gradient step (one extra, untimed step)"""
+    env: bool = True
+    """time the script's env alone too (needs ale-py, and dm_control for v2-dmc)"""
     device: str = "cuda" if torch.cuda.is_available() else "cpu"
     """device to run on"""
     tiny: bool = False
@@ -258,7 +260,7 @@ def main(bench: Bench):
             args = setup["args"]
             rows.append((name, precision, args.batch_size, args.batch_length, wm_s, beh_s, flops, act_rate))
         del setups
-        env_rates[name] = env_rate(name, bench.act_steps)
+        env_rates[name] = env_rate(name, bench.act_steps) if bench.env else None
     fp32 = {name: wm + beh for name, precision, _, _, wm, beh, _, _ in rows if precision == "32"}
     print(f"\nmatmul peak ({n}^3 product): " + ", ".join(f"{p} {peaks[p] / 1e9:.0f} GFLOP/s" for p in bench.precisions))
     print(
@@ -272,9 +274,10 @@ def main(bench: Bench):
         gflop = f"{flops / 1e9:.3g}" if flops else "-"
         rate = f"{flops / total / 1e9:.3g}" if flops else "-"
         share = f"{100 * flops / total / peaks[precision]:.0f}%" if flops else "-"
+        env = "-" if env_rates[name] is None else f"{env_rates[name]:.0f}"
         print(
             f"| {name} | {precision} | {batch_size} x {batch_length} | {total:.2f} | {wm_s:.2f} | {beh_s:.2f} | {speedup} "
-            f"| {gflop} | {rate} | {share} | {act_rate:.0f} | {env_rates[name]:.0f} |"
+            f"| {gflop} | {rate} | {share} | {act_rate:.0f} | {env} |"
         )
 
 

@@ -131,13 +131,13 @@ def random_policy_mean(episodes: int = 2000, seed: int = 0, env_id: str = CATCH)
     return float(np.mean(returns))
 
 
-def train_catch(script: str, flags: str, cwd: Path, seed: int = 1, env_id: str = CATCH) -> dict:
-    """Run the script on env_id (Catch unless told) in cwd; returns the training returns, the final evaluation's mean
-    and the wall time."""
+def train_catch(script: str, flags: str, cwd: Path, seed: int = 1, env_id: str = CATCH, cuda: bool = False) -> dict:
+    """Run the script on env_id (Catch unless told) in cwd, on the CPU (on the GPU with cuda=True, as
+    benchmarks/gpu_figures.sh does); returns the training returns, the final evaluation's mean and the wall time."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     start = time.time()
-    result = run(script, f"--env-id {env_id} --seed {seed} --no-cuda {flags}", cwd, timeout=900)
+    result = run(script, f"--env-id {env_id} --seed {seed} {'--cuda' if cuda else '--no-cuda'} {flags}", cwd, timeout=900)
     wall = time.time() - start
     assert_ok(result)
     ea = EventAccumulator(str(only_run_dir(cwd)), size_guidance={"scalars": 0})

@@ -1,5 +1,6 @@
 #!/bin/bash
-# The GPU figures of docs/speed.md in one command, on a machine with a CUDA GPU and PyTorch (about 8 minutes on an H200):
+# The GPU figures of docs/speed.md in one command, on a machine with a CUDA GPU and PyTorch (not yet run on a GPU;
+# estimated at under 10 minutes on an H200):
 #
 #     bash benchmarks/gpu_figures.sh [OUT_DIR]       # default: $OUT, else gpu_figures/
 #

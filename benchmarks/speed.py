@@ -5,12 +5,14 @@ For every script and precision, at the paper's sizes and batch shapes (the scrip
   behaviour (imagination from every posterior state, actor and critic losses, backward, steps, target/slow critic);
 - FLOPs per gradient step, counted by `torch.utils.flop_counter` (matrix products and convolutions, forward and
   backward), and the FLOP/s achieved, against the FLOP/s of one large matrix product of the same precision timed in the
-  same process (the "matmul peak" this machine reaches from PyTorch);
+  same process (the "matmul peak" this machine reaches from PyTorch; sized to take a fraction of a second each);
 - policy steps per second of acting alone: the script's `act` (encoder, one RSSM step, actor) for one env, no env;
   and, to compare, of the script's own env alone (its `make_env` with the default --env-id, random actions).
 
 Each gradient step runs exactly the code of the training loop, on a batch of random frames and actions. Precisions are
-interleaved step by step (32, bf16, 32, bf16, ...), so that both see the same load. Run it on a quiet machine.
+interleaved step by step (32, bf16, 32, bf16, ...), so that both see the same load. Run it on a quiet machine. The
+header names the CPU (or GPU), the instruction set torch uses and whether bf16 is native there; where it is not (an
+AVX2-only CPU, where a bf16 step takes about ten times as long) the bf16 rows run one timed step and no warm-up.
 
     python benchmarks/speed.py                                   # V1, V2, V3 and V2 on DMC, fp32 and bf16
     python benchmarks/speed.py --scripts v3 --precisions bf16 --steps 3
@@ -19,6 +21,7 @@ interleaved step by step (32, bf16, 32, bf16, ...), so that both see the same lo
 
 import copy
 import os
+import platform
 import sys
 import time
 from dataclasses import dataclass, field
@@ -202,34 +205,62 @@ def env_rate(name: str, steps: int) -> float:
     return rate
 
 
-def matmul_peak(precision: str, device: torch.device, n: int = 4096, repeats: int = 5) -> float:
-    """FLOP/s of an n x n x n matrix product in this precision (the best of `repeats`)."""
+def matmul_peak(precision: str, device: torch.device, max_n: int = 4096, seconds: float = 0.2, repeats: int = 5) -> tuple:
+    """(FLOP/s, n) of an n x n x n matrix product in this precision, the best of `repeats`: n doubles from 512 up to
+    max_n while one product takes under `seconds`, so that it ends in seconds where bf16 is emulated (1 GFLOP/s)."""
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
-    a @ b
-    best = float("inf")
-    for _ in range(repeats):
-        sync(device)
-        start = time.perf_counter()
+    n = min(512, max_n)
+    while True:
+        a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
         a @ b
-        sync(device)
-        best = min(best, time.perf_counter() - start)
-    return 2 * n**3 / best
+        best = float("inf")
+        for _ in range(repeats):
+            sync(device)
+            start = time.perf_counter()
+            a @ b
+            sync(device)
+            best = min(best, time.perf_counter() - start)
+        if best >= seconds or n >= max_n:
+            return 2 * n**3 / best, n
+        n *= 2
+
+
+def hardware(device: torch.device, script) -> str:
+    """The machine in one line: the CPU's model (or the GPU's name), torch's instruction set, whether bf16 is native."""
+    native = "yes" if script.native_bf16(device) else "no (emulated)"
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        return f"{torch.cuda.get_device_name(device)}, compute capability {major}.{minor}, native bf16 {native}"
+    model = platform.processor() or platform.machine()
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+    flags = [name for name, has in (("AVX512-BF16", torch.cpu._is_avx512_bf16_supported()),
+                                    ("AMX", torch.cpu._is_amx_tile_supported())) if has]  # fmt: skip
+    isa = torch.backends.cpu.get_cpu_capability() + "".join(f" + {flag}" for flag in flags)
+    return f"{model}, {torch.get_num_threads()} threads, torch ISA {isa}, native bf16 {native}"
 
 
 def main(bench: Bench):
     device = torch.device(bench.device)
     v3.set_malloc_for_speed()
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
-    print(f"torch {torch.__version__}, {where}, compile {bench.compile}", flush=True)
-    n = 256 if bench.tiny else 4096
-    peaks = {p: matmul_peak(p, device, n) for p in bench.precisions}
+    print(f"torch {torch.__version__}, {hardware(device, v3)}, compile {bench.compile}", flush=True)
+    peaks = {p: matmul_peak(p, device, 256 if bench.tiny else 4096) for p in bench.precisions}
+    # where bf16 is emulated (as torch reports the hardware, or as measured: a bf16 product at under half the fp32 rate,
+    # e.g. with oneDNN limited to AVX2), its rows get one timed step and no warm-up: a step there takes a minute or more
+    emulated = not v3.native_bf16(device) or "32" in peaks and "bf16" in peaks and peaks["bf16"][0] < peaks["32"][0] / 2
+    slow = {p: p == "bf16" and emulated for p in bench.precisions}
+    warmup = {p: 0 if slow[p] else bench.warmup for p in bench.precisions}
+    steps = {p: 1 if slow[p] else bench.steps for p in bench.precisions}
     rows, env_rates = [], {}
     for name in bench.scripts:
         setups = {p: build(name, p, bench) for p in bench.precisions}
         times = {p: dict(world_model=[], behaviour=[]) for p in bench.precisions}
+        flops = None
         for i in range(bench.warmup + bench.steps):
             for precision, setup in setups.items():  # interleaved
+                if i >= warmup[precision] + steps[precision]:
+                    continue
                 sync(device)
                 t0 = time.perf_counter()
                 start = setup["world_model"]()
@@ -238,31 +269,33 @@ def main(bench: Bench):
                 setup["behaviour"](start)
                 sync(device)
                 t2 = time.perf_counter()
-                if i >= bench.warmup:
+                if i >= warmup[precision]:
                     times[precision]["world_model"].append(t1 - t0)
                     times[precision]["behaviour"].append(t2 - t1)
         for precision, setup in setups.items():
-            flops = None
-            if bench.flops:
+            if bench.flops and flops is None:  # the same matrix products in every precision: count them once
                 with FlopCounterMode(display=False) as counter:
                     setup["behaviour"](setup["world_model"]())
                 flops = counter.get_total_flops()
-            for _ in range(10):
+            act_steps = max(1, bench.act_steps // 10) if slow[precision] else bench.act_steps
+            for _ in range(min(10, act_steps)):
                 setup["act"]()
             sync(device)
             t0 = time.perf_counter()
-            for _ in range(bench.act_steps):
+            for _ in range(act_steps):
                 setup["act"]()
             sync(device)
-            act_rate = bench.act_steps / (time.perf_counter() - t0)
-            wm_s = sum(times[precision]["world_model"]) / bench.steps
-            beh_s = sum(times[precision]["behaviour"]) / bench.steps
+            act_rate = act_steps / (time.perf_counter() - t0)
+            wm_s = sum(times[precision]["world_model"]) / steps[precision]
+            beh_s = sum(times[precision]["behaviour"]) / steps[precision]
             args = setup["args"]
             rows.append((name, precision, args.batch_size, args.batch_length, wm_s, beh_s, flops, act_rate))
         del setups
         env_rates[name] = env_rate(name, bench.act_steps) if bench.env else None
     fp32 = {name: wm + beh for name, precision, _, _, wm, beh, _, _ in rows if precision == "32"}
-    print(f"\nmatmul peak ({n}^3 product): " + ", ".join(f"{p} {peaks[p] / 1e9:.0f} GFLOP/s" for p in bench.precisions))
+    print("\nmatmul peak: " + ", ".join(f"{p} {peaks[p][0] / 1e9:.0f} GFLOP/s ({peaks[p][1]}^3)" for p in bench.precisions))
+    if any(slow.values()):
+        print("bf16 is emulated on this machine: its rows are one timed step each, with no warm-up")
     print(
         "\n| script | precision | batch | s / gradient step | world model | behaviour | vs fp32 | GFLOP / step "
         "| GFLOP/s | of matmul peak | acting, policy steps/s | env alone, policy steps/s |"
@@ -273,7 +306,7 @@ def main(bench: Bench):
         speedup = f"{fp32[name] / total:.2f}x" if name in fp32 else "-"
         gflop = f"{flops / 1e9:.3g}" if flops else "-"
         rate = f"{flops / total / 1e9:.3g}" if flops else "-"
-        share = f"{100 * flops / total / peaks[precision]:.0f}%" if flops else "-"
+        share = f"{100 * flops / total / peaks[precision][0]:.0f}%" if flops else "-"
         env = "-" if env_rates[name] is None else f"{env_rates[name]:.0f}"
         print(
             f"| {name} | {precision} | {batch_size} x {batch_length} | {total:.2f} | {wm_s:.2f} | {beh_s:.2f} | {speedup} "

@@ -15,10 +15,18 @@ from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 BANNER = ("A.L.E: ", "[Powered by Stella]")  # ale-py prints these when it loads a ROM
 CUDA_WARNING = "warning: --cuda is set but CUDA is not available; running on the CPU"
+# what --precision auto turns into on this machine's CPU (the rule itself is tested with mocked hardware in
+# tests/test_precision.py): bf16 where the CPU has AVX512-BF16 or AMX, 32 elsewhere
+AUTO_PRECISION = (
+    "bf16 (auto: this CPU runs bf16 natively)"
+    if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    else "32 (auto: this CPU has no native bf16)"
+)
 
 
 def env_vars(**extra: str) -> dict:

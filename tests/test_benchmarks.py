@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -42,3 +44,48 @@ def test_speed_without_flops_and_env():
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert float(cells[3]) > 0 and cells[7:10] == ["-", "-", "-"] and float(cells[10]) > 0 and cells[11] == "-", row
+
+
+def test_speed_where_bf16_is_emulated(monkeypatch, capsys):
+    """On a CPU without native bf16 the header says so and the bf16 row runs one step, no warm-up, so it ends in minutes."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import speed
+
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    calls, build = {"32": 0, "bf16": 0}, speed.build
+
+    def counting_build(name, precision, bench):
+        setup = build(name, precision, bench)
+        world_model = setup["world_model"]
+
+        def counted():
+            calls[precision] += 1
+            return world_model()
+
+        return dict(setup, world_model=counted)
+
+    monkeypatch.setattr(speed, "build", counting_build)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        speed.main(
+            speed.Bench(scripts=["v3"], warmup=2, steps=3, act_steps=2, flops=False, env=False, device="cpu", tiny=True)
+        )
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert "native bf16 no (emulated)" in out.splitlines()[0]
+    assert "bf16 is emulated on this machine: its rows are one timed step each, with no warm-up" in out
+    assert calls == {"32": 5, "bf16": 1}
+    assert [line.split("|")[2].strip() for line in out.splitlines() if line.startswith("| v3 ")] == ["32", "bf16"]
+
+
+def test_matmul_peak_grows_until_a_product_takes_long_enough():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import speed
+
+    flops, n = speed.matmul_peak("32", torch.device("cpu"), max_n=1024, seconds=0.0, repeats=1)
+    assert n == 512 and flops > 0  # the first size already took "long enough"
+    flops, n = speed.matmul_peak("32", torch.device("cpu"), max_n=1024, seconds=1e9, repeats=1)
+    assert n == 1024 and flops > 0  # never long enough: stops at max_n

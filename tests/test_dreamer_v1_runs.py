@@ -63,7 +63,7 @@ def test_user_command_replay_ratio_0_1(user_run):
     assert "replay ratio 0.1 (gradient steps per policy step, global) | world size 1 | batch 4 x 16 per rank" in result.stdout
     assert "Hafner train ratio 6.4 (replayed steps per policy step)" in result.stdout  # 0.1 x 4 x 16
     assert "train_steps 100 every train_every 4000 frames, prefill 512 frames, pretrain 1 gradient steps" in result.stdout
-    assert "precision bf16" in result.stdout
+    assert f"precision {helpers.AUTO_PRECISION}\n" in result.stdout  # the default follows the hardware
     assert re.search(r"^step 600/600 \(100%\) \| SPS [0-9.]+ \| gradient steps \d+ \| replay ratio ", result.stdout, re.M)
     assert_within_5_percent(progress_ratio(result.stdout), 0.1)
     assert CUDA_WARNING not in result.stderr  # the default --cuda falls back to the CPU without a warning

@@ -60,7 +60,7 @@ def test_user_command(user_run):
     assert (
         "train_steps 1 every train_every 2 policy steps, prefill 128 policy steps, pretrain 1 gradient steps" in result.stdout
     )
-    assert "precision bf16" in result.stdout
+    assert f"precision {helpers.AUTO_PRECISION}\n" in result.stdout  # the default follows the hardware
     assert re.search(r"^step 400/400 \(100%\) \| SPS [0-9.]+ \| gradient steps \d+ \| replay ratio ", result.stdout, re.M)
     assert_within_5_percent(progress_ratio(result.stdout), 0.5)
     assert helpers.CUDA_WARNING not in result.stderr

@@ -201,8 +201,9 @@ class DMC(gym.Env):
     camera 2), in a few lines instead of shimmy's wrapper, so that the render call is ours. step() applies the action for
     `action_repeat` control steps, sums their rewards and renders only after the last one (a frame costs far more than a
     physics step). The action space is the task's own (normalised to [-1, 1] by NormalizeAction in make_env). An episode
-    ends after the task's 1000 control steps (500 policy steps at action repeat 2): a truncation, since no suite task ever
-    terminates; a step with discount 0 would be a termination."""
+    ends with a step whose discount is 0, a termination (only lqr-lqr_2_1 and lqr-lqr_6_2 have them: no time limit, the
+    episode ends once the state converges), or else at the task's time limit (1000 control steps, 500 policy steps at
+    action repeat 2, for the paper's tasks), a truncation."""
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
 
@@ -463,7 +464,7 @@ class TruncNormal:
 
     def sample(self) -> torch.Tensor:
         u = torch.rand_like(self.mean)
-        p = (self.cdf_alpha + u * self.Z).clamp(1e-6, 1 - 1e-6)  # ndtri(0) = -inf; the mass beyond 4.75 std is lost
+        p = (self.cdf_alpha + u * self.Z).clamp(1e-6, 1 - 1e-6)  # ndtri(0) = -inf; the tail beyond 4.75 std lands at 4.75
         x = self.mean + self.std * torch.special.ndtri(p)
         return x + (x.clamp(self.low + self.clip, self.high - self.clip) - x).detach()
 

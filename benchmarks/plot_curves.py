@@ -5,13 +5,25 @@ episodes are noisy; evaluations (`eval/episodic_return`) are drawn as points wit
 random policy's mean return (--random). Also prints a markdown table: per group, the seeds, the mean training return
 over each run's last --last-episodes episodes, the final evaluation, and the wall-clock of a run (first to last event).
 
+The official runs' per-seed curves (danijar's score files: a JSON list, gzipped or not, of {task, method, seed, xs,
+ys}, x in env frames) are drawn beside ours with --official FILE --official-task TASK, one thin gray line per seed and
+their min-max band; --frames-per-step (the action repeat) puts our runs on the same x axis, in frames. --at X ...
+prints a second table at those frame counts: each of our seeds' evaluation there and its training episodes of the
+--window before it, next to the official seeds' min, max and mean (interpolated between their logged points).
+
     pip install -e ".[plot]"
     python benchmarks/plot_curves.py --group "DreamerV3=runs/*Catch*dreamer_v3*" "DreamerV2=runs/*Catch*dreamer_v2*" \\
         --random -0.59 --title "Catch, 5 seeds" --out docs/img/catch.png
+    python benchmarks/plot_curves.py --group "ours=runs/cartpole-balance__*" --frames-per-step 2 --window 5000 \\
+        --official benchmarks/official/dmc-vision-dreamerv2-cartpole_balance.json --official-task dmc_cartpole_balance \\
+        --at 30000 60000 90000 --out docs/img/dmc_cartpole_balance.png
 """
 
 import glob
+import gzip
+import json
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -33,6 +45,16 @@ class Plot:
     """policy steps per averaging window of the training returns"""
     last_episodes: int = 100
     """training episodes averaged at the end of each run for the table"""
+    frames_per_step: int = 1
+    """env frames per policy step (the action repeat): above 1 the x axis is in frames, as the official score files"""
+    official: Optional[str] = None
+    """an official score file (JSON or JSON.gz list of {task, method, seed, xs, ys}, x in frames) to draw beside ours"""
+    official_task: str = ""
+    """the task of --official to draw (e.g. dmc_cartpole_balance, atari_boxing)"""
+    official_label: str = "official"
+    """the legend's name for the official runs"""
+    at: List[int] = field(default_factory=list)
+    """frame counts at which to print ours per seed beside the official min-max"""
 
 
 def read_run(run_dir: str) -> dict:
@@ -49,6 +71,21 @@ def read_run(run_dir: str) -> dict:
     times = [e.wall_time for tag in tags for e in ea.Scalars(tag)]
     series["wall"] = max(times) - min(times) if times else 0.0
     return series
+
+
+def read_official(path: str, task: str) -> list:
+    """[(seed, xs, ys)] of one task in an official score file, x in frames."""
+    with (gzip.open if path.endswith(".gz") else open)(path, "rt") as f:
+        runs = [r for r in json.load(f) if r["task"] == task]
+    if not runs:
+        raise SystemExit(f"plot_curves.py: error: --official {path} has no runs of --official-task {task!r}")
+    return [(str(r["seed"]), np.array(r["xs"], float), np.array(r["ys"], float)) for r in runs]
+
+
+def seed_of(run_dir: str) -> str:
+    """'seed N' from a run directory named {env_id}__{exp_name}__{seed}__{time}, else the directory's name."""
+    parts = os.path.basename(os.path.normpath(run_dir)).split("__")
+    return f"seed {parts[2]}" if len(parts) == 4 else parts[0]
 
 
 def windowed(steps: np.ndarray, returns: np.ndarray, window: int, end: int) -> np.ndarray:
@@ -68,16 +105,21 @@ def main(args: Plot):
         raise SystemExit("plot_curves.py: error: pass at least one --group LABEL=GLOB")
     fig, ax = plt.subplots(figsize=(7.0, 5.0), dpi=110)
     rows = ["| runs | seeds | last training episodes | final evaluation | wall-clock per run |", "|---|---|---|---|---|"]
+    groups, official = [], read_official(args.official, args.official_task) if args.official else []
     for i, spec in enumerate(args.group):
         label, _, pattern = spec.partition("=")
         run_dirs = sorted(d for d in glob.glob(pattern) if os.path.isdir(d))
         if not label or not run_dirs:
             raise SystemExit(f"plot_curves.py: error: --group {spec!r} matches no run directory (use LABEL=GLOB)")
         runs = [read_run(d) for d in run_dirs]
+        for r in runs:  # x in frames
+            r["train"], r["eval"] = [(steps * args.frames_per_step, v) for steps, v in (r["train"], r["eval"])]
+        groups.append((label, run_dirs, runs))
         color = f"C{i}"
         end = max(int(r["train"][0].max()) for r in runs if len(r["train"][0]))
-        curves = np.array([windowed(*r["train"], args.window, end) for r in runs])
-        x = np.minimum((np.arange(curves.shape[1]) + 1) * args.window, end)  # each window at its end
+        window = args.window * args.frames_per_step
+        curves = np.array([windowed(*r["train"], window, end) for r in runs])
+        x = np.minimum((np.arange(curves.shape[1]) + 1) * window, end)  # each window at its end
         with np.errstate(all="ignore"):  # windows where no seed ended an episode stay empty
             ax.plot(x, np.nanmean(curves, 0), color=color, label=f"{label} (training)")
             ax.fill_between(x, np.nanmin(curves, 0), np.nanmax(curves, 0), color=color, alpha=0.2, linewidth=0)
@@ -94,9 +136,38 @@ def main(args: Plot):
             + (f"{np.mean(finals):+.2f} (min {min(finals):+.2f}, max {max(finals):+.2f})" if finals else "none")
             + f" | {np.mean([r['wall'] for r in runs]):.0f} s |"
         )
+    if official:
+        end = max(int(r["train"][0].max()) for _, _, runs in groups for r in runs if len(r["train"][0]))
+        grid = np.linspace(0, end, 200)
+        curves = np.array([np.interp(grid, xs, ys, left=np.nan, right=np.nan) for _, xs, ys in official])
+        for k, (_, xs, ys) in enumerate(official):
+            keep = xs <= end * 1.1  # the official curve a little past our last point
+            ax.plot(xs[keep], ys[keep], color="gray", linewidth=0.8, alpha=0.7, label=None if k else args.official_label)
+        with warnings.catch_warnings():  # before the official runs' first logged point the band is empty
+            warnings.simplefilter("ignore", RuntimeWarning)
+            ax.fill_between(grid, np.nanmin(curves, 0), np.nanmax(curves, 0), color="gray", alpha=0.15, linewidth=0)
+    if args.at:
+        rows += ["", "| frames | run | evaluation | training episodes before | " + args.official_label + " (min, max; mean) |"]
+        rows.append("|---|---|---|---|---|")
+        for x in args.at:
+            values = [float(np.interp(x, xs, ys, left=np.nan, right=np.nan)) for _, xs, ys in official]
+            ref = (
+                f"{min(values):.0f}, {max(values):.0f}; {np.mean(values):.0f}"
+                if values and not np.isnan(values).any()
+                else "-"
+            )
+            for label, run_dirs, runs in groups:
+                for run_dir, r in zip(run_dirs, runs):
+                    ev = [v for step, v in zip(*r["eval"]) if step == x]
+                    near = r["train"][1][(r["train"][0] > x - args.window * args.frames_per_step) & (r["train"][0] <= x)]
+                    rows.append(
+                        f"| {x:,} | {label} {seed_of(run_dir)} | {f'{ev[-1]:.1f}' if ev else '-'} | "
+                        + (f"{near.mean():.1f} ({len(near)} episodes)" if len(near) else "-")
+                        + f" | {ref} |"
+                    )
     if args.random is not None:
         ax.axhline(args.random, color="gray", linestyle="--", label=f"random policy ({args.random:+.2f})")
-    ax.set_xlabel("policy steps")
+    ax.set_xlabel("frames" if args.frames_per_step > 1 or official else "policy steps")
     ax.set_ylabel("episodic return")
     ax.set_title(args.title)
     ax.grid(alpha=0.3)

@@ -45,3 +45,29 @@ def test_table_and_png(tmp_path: Path, capsys):
 def test_group_without_runs(tmp_path: Path):
     with pytest.raises(SystemExit, match="matches no run directory"):
         plot_curves.main(plot_curves.Plot(group=[f"A={tmp_path}/nothing*"], out=str(tmp_path / "x.png")))
+
+
+def test_official_runs_beside_ours_in_frames(tmp_path: Path, capsys):
+    """Our runs (x in policy steps, action repeat 2) against an official file (x in frames): the table at 400 frames
+    holds each seed's evaluation and training episodes there, and the official min, max and interpolated mean."""
+    write_run(tmp_path / "runs" / "env__a__1__100", [(s, 100.0) for s in range(50, 250, 50)], [(100, 10.0), (200, 30.0)])
+    write_run(tmp_path / "runs" / "env__a__2__100", [(s, 300.0) for s in range(50, 250, 50)], [(100, 20.0), (200, 50.0)])
+    official = tmp_path / "scores.json"
+    official.write_text(
+        '[{"task": "t", "method": "m", "seed": "0", "xs": [200, 600], "ys": [0, 400]},'
+        ' {"task": "t", "method": "m", "seed": "1", "xs": [200, 600], "ys": [100, 300]},'
+        ' {"task": "other", "method": "m", "seed": "0", "xs": [200], "ys": [9999]}]'
+    )
+    out = tmp_path / "curves.png"
+    args = dict(group=[f"A={tmp_path}/runs/env__a__*"], out=str(out), window=100, frames_per_step=2, at=[200, 400, 800])
+    plot_curves.main(plot_curves.Plot(official=str(official), official_task="t", **args))
+    printed = capsys.readouterr().out
+    # at 400 frames (policy step 200): evaluations 30 and 50; training episodes ending in (200, 400] frames, i.e. at
+    # policy steps 150 and 200; official seeds interpolated to 200 and 200
+    assert "| 400 | A seed 1 | 30.0 | 100.0 (2 episodes) | 200, 200; 200 |" in printed, printed
+    assert "| 400 | A seed 2 | 50.0 | 300.0 (2 episodes) | 200, 200; 200 |" in printed, printed
+    assert "| 200 | A seed 1 | 10.0 | 100.0 (2 episodes) | 0, 100; 50 |" in printed, printed
+    assert "| 800 | A seed 1 | - | - | - |" in printed, printed  # past both our runs and the official ones
+    assert out.stat().st_size > 10_000
+    with pytest.raises(SystemExit, match="no runs of --official-task 'nope'"):
+        plot_curves.main(plot_curves.Plot(official=str(official), official_task="nope", **args))

@@ -756,6 +756,56 @@ def backward_and_clip(loss: torch.Tensor, params: list, clip: float) -> torch.Te
     return nn.utils.clip_grad_norm_(params, clip)
 
 
+def to_device(batch: dict, device: torch.device) -> dict:
+    """The replay's numpy batch as tensors on `device`: on CUDA through pinned memory, so that the copy is queued without
+    waiting for the device; on the CPU the arrays themselves (no copy)."""
+    if device.type != "cuda":
+        return {k: torch.as_tensor(v) for k, v in batch.items()}
+    return {k: torch.from_numpy(v).pin_memory().to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def train_step(wm, actor, critic, model_opt, actor_opt, critic_opt, batch: dict, carry: tuple, loss_scales: dict,
+               args: Args, autocast) -> tuple:  # fmt: skip
+    """One gradient step: the world model loss on the batch and the actor and value losses on imagined trajectories
+    that start from its posterior states, all three gradients from the same weights (as the paper's code), then the
+    three optimizer steps. Returns the TBPTT carry for the next batch, the metrics to log and the values whose
+    finiteness the loop checks (device tensors all: nothing here waits for the device)."""
+    with autocast:
+        wm_loss, losses, post, next_carry, wm_metrics = world_model_loss(wm, batch, carry, loss_scales, args)
+        # every posterior state starts an imagined trajectory, except those of terminal steps
+        start = {k: v.detach().flatten(0, 1) for k, v in post.items()}  # [T * B, ...]
+        start_weight = 1.0 - batch["is_terminal"].float().flatten(0, 1)  # [T * B]
+        feats, actor_entropy = imagine(wm, actor, start, args.imagination_horizon)
+        actor_loss, critic_loss, ac_metrics = actor_critic_loss(wm, critic, feats, start_weight, args)
+        ac_metrics["actor_entropy"] = actor_entropy.mean()
+    model_grad_norm = backward_and_clip(wm_loss, list(wm.parameters()), args.model_grad_clip)
+    actor_grad_norm = backward_and_clip(actor_loss, list(actor.parameters()), args.ac_grad_clip)
+    critic_grad_norm = backward_and_clip(critic_loss, list(critic.parameters()), args.ac_grad_clip)
+    model_opt.step()
+    actor_opt.step()
+    critic_opt.step()
+    metrics = dict(
+        **{f"losses/{k}": v for k, v in losses.items()},
+        **{f"losses/{k}": v for k, v in wm_metrics.items()},
+        **{
+            "losses/model": wm_loss,
+            "losses/actor": actor_loss,
+            "losses/critic": critic_loss,
+            "losses/model_grad_norm": model_grad_norm,
+            "losses/actor_grad_norm": actor_grad_norm,
+            "losses/critic_grad_norm": critic_grad_norm,
+        },
+        **{f"losses/{k}": v for k, v in ac_metrics.items()},
+    )
+    checks = {
+        **{f"{k} loss": v for k, v in losses.items()},
+        "world model gradient": model_grad_norm,
+        "actor loss": actor_loss + actor_grad_norm,
+        "critic loss": critic_loss + critic_grad_norm,
+    }
+    return next_carry, metrics, checks
+
+
 @torch.no_grad()
 def act(wm: WorldModel, actor: Actor, state: dict, prev_action, obs, is_first, greedy: bool, epsilon: float = 0.0):
     """One policy step: filter the new frame into the state, then pick a one-hot action; with probability epsilon (per
@@ -835,6 +885,35 @@ def load_checkpoint(path: str, flag: str = "--resume") -> dict:
     if flag == "--resume" and "replay" not in checkpoint:
         fail(f"--resume {path}: this is a saved model (--save-model), not a checkpoint; pass runs/<run_name>/checkpoint.pt")
     return checkpoint
+
+
+class NonFinite:
+    """Remembers, without waiting for the device, the first gradient step whose losses or gradient norms were not finite:
+    `note` runs inside the training loop on device tensors only; `check`, which the loop calls once after each round of
+    gradient steps (and before a checkpoint), reads that memory and stops the run with one line naming the loss."""
+
+    def __init__(self, gradient_steps: int, device: torch.device):
+        self.count = torch.full((), gradient_steps, dtype=torch.long, device=device)  # this gradient step's number
+        self.first = torch.full((3,), -1, dtype=torch.long, device=device)  # gradient step, policy step, check index
+        self.names = []
+
+    def note(self, checks: dict, policy_step: int, world_size: int):
+        self.names = list(checks)
+        finite = torch.isfinite(torch.stack([v.detach().float() for v in checks.values()]))
+        new = torch.stack([self.count, torch.full_like(self.count, policy_step), (~finite).long().argmax()])
+        self.first = torch.where((self.first[0] < 0) & ~finite.all(), new, self.first)
+        self.count += world_size
+
+    def check(self, last_checkpoint, checkpoint_path: str, precision: str):
+        gradient_step, policy_step, index = self.first.tolist()
+        if gradient_step >= 0:  # stop; the last checkpoint written is from before the blow-up
+            last = f"the last checkpoint, from policy step {last_checkpoint}, is {checkpoint_path}"
+            fail(
+                f"the {self.names[index]} became non-finite at gradient step {gradient_step} (policy step {policy_step}); "
+                + (last if last_checkpoint is not None else "no checkpoint was written before it")
+                + "; lower the learning rates"
+                + (" or use --precision 32" if precision == "bf16" else "")
+            )
 
 
 def set_malloc_for_speed():
@@ -1093,6 +1172,8 @@ if __name__ == "__main__":
         envs.action_space.np_random.bit_generator.state = rank_checkpoint["rng"]["action_space"]
         print(f"resumed {run_name} at policy step {global_step}, {gradient_steps} gradient steps")
 
+    nonfinite = NonFinite(gradient_steps, device)
+
     def make_checkpoint() -> tuple:
         """(shared state, this rank's state); rank 0 writes both into one file."""
         rank_state = dict(
@@ -1129,6 +1210,7 @@ if __name__ == "__main__":
 
     def write_checkpoint():
         global last_checkpoint
+        nonfinite.check(last_checkpoint, checkpoint_path, args.precision)  # never a checkpoint from after a blow-up
         save_checkpoint(checkpoint_path, make_checkpoint()[0])
         last_checkpoint = global_step
 
@@ -1195,55 +1277,16 @@ if __name__ == "__main__":
             if gradient_steps == 0 and repeats:  # the first training call pretrains (nothing with --replay-ratio 0)
                 repeats = max(repeats, args.pretrain)
             for _ in range(repeats):
-                batch = {k: torch.as_tensor(v, device=device) for k, v in rb.sample().items()}
-                with autocast:
-                    wm_loss, losses, post, next_carry, wm_metrics = world_model_loss(wm, batch, carry, loss_scales, args)
-                    # every posterior state starts an imagined trajectory, except those of terminal steps
-                    start = {k: v.detach().flatten(0, 1) for k, v in post.items()}  # [T * B, ...]
-                    start_weight = 1.0 - batch["is_terminal"].float().flatten(0, 1)  # [T * B]
-                    feats, actor_entropy = imagine(wm, actor, start, args.imagination_horizon)
-                    actor_loss, critic_loss, ac_metrics = actor_critic_loss(wm, critic, feats, start_weight, args)
-                    ac_metrics["actor_entropy"] = actor_entropy.mean()
-                # as in the paper's code, all three gradients come from the same weights, then all three steps are taken
-                model_grad_norm = backward_and_clip(wm_loss, list(wm.parameters()), args.model_grad_clip)
-                actor_grad_norm = backward_and_clip(actor_loss, list(actor.parameters()), args.ac_grad_clip)
-                critic_grad_norm = backward_and_clip(critic_loss, list(critic.parameters()), args.ac_grad_clip)
-                checks = {
-                    **{f"{k} loss": v for k, v in losses.items()},
-                    "world model gradient": model_grad_norm,
-                    "actor loss": actor_loss + actor_grad_norm,
-                    "critic loss": critic_loss + critic_grad_norm,
-                }
-                if not torch.isfinite(torch.stack([v.float() for v in checks.values()])).all():  # stop before any step
-                    bad = next(k for k, v in checks.items() if not torch.isfinite(v))
-                    last = f"the last checkpoint, from policy step {last_checkpoint}, is {checkpoint_path}"
-                    fail(
-                        f"the {bad} became non-finite at gradient step {gradient_steps} (policy step {global_step}); "
-                        + (last if last_checkpoint is not None else "no checkpoint was written before it")
-                        + "; lower the learning rates"
-                        + (" or use --precision 32" if args.precision == "bf16" else "")
-                    )
-                model_opt.step()
-                actor_opt.step()
-                critic_opt.step()
-                carry = next_carry
-                gradient_steps += args.world_size
-                metrics = dict(
-                    **{f"losses/{k}": v for k, v in losses.items()},
-                    **{f"losses/{k}": v for k, v in wm_metrics.items()},
-                    **{
-                        "losses/model": wm_loss,
-                        "losses/actor": actor_loss,
-                        "losses/critic": critic_loss,
-                        "losses/model_grad_norm": model_grad_norm,
-                        "losses/actor_grad_norm": actor_grad_norm,
-                        "losses/critic_grad_norm": critic_grad_norm,
-                    },
-                    **{f"losses/{k}": v for k, v in ac_metrics.items()},
+                batch = to_device(rb.sample(), device)
+                carry, metrics, checks = train_step(
+                    wm, actor, critic, model_opt, actor_opt, critic_opt, batch, carry, loss_scales, args, autocast
                 )
+                nonfinite.note(checks, global_step, args.world_size)
+                gradient_steps += args.world_size
                 if args.rank == 0 and args.video_every and (gradient_steps // args.world_size) % args.video_every == 0:
                     with autocast:
                         writer.add_video("charts/dream", dream_video(wm, batch), global_step, fps=15)
+            nonfinite.check(last_checkpoint, checkpoint_path, args.precision)  # the one wait for the device per round
 
         train_seconds += time.time() - train_start
 

@@ -5,10 +5,12 @@ The scripts' `RSSM.observe` is arranged for speed (the embedding's share of the 
 T x B rows before the loop, the prior's output layers after it). The reference filters the sequence the textbook way,
 calling `obs_step` (which concatenates h_t and e_t and runs every layer) at each step and stacking its posteriors and
 priors. The random draws (Gumbel noise of the categorical samples, Gaussian noise of V1's latents, V2-DMC's uniform
-draws) are replaced by a fixed function of the tensor's shape, so both computations sample the same latents. Then the
-world model loss, every world model gradient, and the actor and critic losses and gradients of the imagination that
-starts from those posteriors are compared; V2's and V3's actor losses reuse the log-probabilities the imagination computed
-(V2-DMC its mean and std), where the reference runs the actor again on the imagined states."""
+draws) are replaced by a fixed function of the tensor's shape, so both computations sample the same latents. Both run
+the script's own `train_step`, the function its training loop calls, with optimizers that record the gradients they
+are given instead of stepping. Then the world model loss, every world model gradient, and the actor and critic losses
+and gradients of the imagination that starts from those posteriors are compared; V2's and V3's actor losses reuse the
+log-probabilities the imagination computed (V2-DMC its mean and std), where the reference runs the actor again on the
+imagined states. Also here: `train_step` never waits for the device, and `NonFinite` names the first blow-up."""
 
 import copy
 
@@ -96,45 +98,65 @@ def setup(name: str):
     return m, args, wm, actor, critic, batch, carry
 
 
-def world_model_loss(name, m, args, wm, batch, carry):
-    """The script's world_model_loss with the loss scales its training loop passes."""
+def loss_scales(name, args) -> dict:
+    """The loss scales each script's training loop passes."""
     if name == "v3":
-        scales = {"image": 1.0, "reward": 1.0, "cont": 1.0, "dyn": args.dyn_scale, "rep": args.rep_scale}
-        return m.world_model_loss(wm, batch, carry, scales, args.kl_free)
+        return {"image": 1.0, "reward": 1.0, "cont": 1.0, "dyn": args.dyn_scale, "rep": args.rep_scale}
     scales = {"image": 1.0, "reward": 1.0, "kl": args.kl_scale}
     if name != "v2-dmc":
         scales["discount"] = args.discount_scale
-    return m.world_model_loss(wm, batch, carry, scales, args)
+    return scales
+
+
+def world_model_loss(name, m, args, wm, batch, carry):
+    """The script's world_model_loss with the loss scales its training loop passes."""
+    return m.world_model_loss(wm, batch, carry, loss_scales(name, args), args.kl_free if name == "v3" else args)
+
+
+class RecordingOptimizer:
+    """Stands in for an optimizer: step() records the gradients it would apply and changes no weight, so that every
+    loss of the gradient step is computed from the same weights in both computations."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.named, self.grads = list(module.named_parameters()), {}
+
+    def zero_grad(self, set_to_none: bool = True):
+        for _, p in self.named:
+            p.grad = None
+
+    def step(self):
+        self.grads = {n: p.grad.clone() for n, p in self.named if p.grad is not None}
 
 
 def one_step(name, m, args, wm, actor, critic, batch, carry, reference: bool = False) -> dict:
-    """Losses and gradients of one gradient step, as the training loop computes them (without the optimizer steps);
-    with `reference`, the actor loss runs the actor again instead of reusing the imagination's outputs."""
-    loss, losses, post, _, _ = world_model_loss(name, m, args, wm, batch, carry)
-    out = {f"world model {k} loss": v for k, v in losses.items()}
-    grads = torch.autograd.grad(loss, list(wm.parameters()), allow_unused=True)
-    out.update({f"d world model / {n}": g for (n, _), g in zip(wm.named_parameters(), grads) if g is not None})
-    start = {k: v.detach().flatten(0, 1) for k, v in post.items()}
-    first = 1.0 - batch["is_terminal"].float().flatten(0, 1)
+    """Losses and gradients of one gradient step: the script's own train_step, with optimizers that record the
+    gradients instead of stepping and clipping thresholds too high to act. With `reference`, the actor loss runs the
+    actor again on the imagined states instead of reusing the imagination's outputs."""
+    args = copy.copy(args)
+    args.model_grad_clip = args.ac_grad_clip = 1e12
     target = copy.deepcopy(critic).requires_grad_(False)
-    if name == "v1":
-        feats, _ = m.imagine(wm, actor, start, args.imagination_horizon)
-        actor_loss, critic_loss, _ = m.actor_critic_loss(wm, critic, feats, first, args)
-    else:
-        feats, actions, policy = m.imagine(wm, actor, start, args.imagination_horizon)
-        if reference:  # the textbook loss runs the actor again on the imagined states
-            policy = actor(feats[:-1].detach())
-        if name == "v3":
+    opts = [RecordingOptimizer(module) for module in (wm, actor, critic)]
+    scales, autocast = loss_scales(name, args), torch.autocast("cpu", enabled=False)
+    with pytest.MonkeyPatch.context() as mp:
+        if reference and name != "v1":
+            imagine = m.imagine
+
+            def imagine_then_rerun_actor(wm, actor, start, horizon):
+                feats, actions, _ = imagine(wm, actor, start, horizon)
+                return feats, actions, actor(feats[:-1].detach())
+
+            mp.setattr(m, "imagine", imagine_then_rerun_actor)
+        if name == "v1":
+            _, metrics, _ = m.train_step(wm, actor, critic, *opts, batch, carry, scales, args, autocast)
+        elif name == "v3":
             norm = m.ReturnNorm(args.return_norm_decay, args.return_norm_limit)
-            actor_loss, critic_loss, _ = m.actor_critic_loss(wm, critic, target, norm, feats, actions, policy, first, args)
+            _, metrics, _ = m.train_step(wm, actor, critic, target, norm, *opts, batch, carry, scales, args, autocast)
         else:
-            actor_loss, critic_loss, _ = m.actor_critic_loss(
-                wm, critic, target, feats, actions, policy, args.gamma * first, args
-            )
-    out.update({"actor loss": actor_loss, "critic loss": critic_loss})
-    for label, loss, module in (("actor", actor_loss, actor), ("critic", critic_loss, critic)):
-        grads = torch.autograd.grad(loss, list(module.parameters()), retain_graph=True, allow_unused=True)
-        out.update({f"d {label} / {n}": g for (n, _), g in zip(module.named_parameters(), grads) if g is not None})
+            _, metrics, _ = m.train_step(wm, actor, critic, target, *opts, batch, carry, scales, args, autocast, 0)
+    out = {f"world model {k} loss": metrics[f"losses/{k}"] for k in scales}
+    out.update({"actor loss": metrics["losses/actor"], "critic loss": metrics["losses/critic"]})
+    for label, opt in zip(("world model", "actor", "critic"), opts):
+        out.update({f"d {label} / {n}": g for n, g in opt.grads.items()})
     return out
 
 
@@ -204,3 +226,48 @@ def test_fused_optimizer_step_matches_the_plain_one(name, distributed, tmp_path)
         if distributed:
             torch.distributed.destroy_process_group()
     torch.testing.assert_close(results[0], results[1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["v1", "v2", "v3", "v2-dmc"])
+def test_train_step_never_waits_for_the_device(name, monkeypatch):
+    """The gradient step queues its work and returns: no tensor is turned into a Python value while it runs, so on a
+    GPU the host can queue the next step while this one computes. Turning a tensor into a bool, a number or a list,
+    or copying it to the host, raises here; the training loop's one wait per round of gradient steps is
+    NonFinite.check."""
+    m, args, wm, actor, critic, batch, carry = setup(name)
+    target = copy.deepcopy(critic).requires_grad_(False)
+    opts = [torch.optim.Adam(module.parameters(), lr=1e-4, fused=True) for module in (wm, actor, critic)]
+    scales, autocast = loss_scales(name, args), torch.autocast("cpu", enabled=False)
+    nonfinite = m.NonFinite(0, torch.device("cpu"))
+
+    def waits(*args, **kwargs):
+        raise AssertionError("the gradient step waited for the device")
+
+    with pytest.MonkeyPatch.context() as mp:
+        for method in ("__bool__", "item", "cpu", "tolist", "numpy", "__int__", "__float__"):
+            mp.setattr(torch.Tensor, method, waits)
+        if name == "v1":
+            carry, metrics, checks = m.train_step(wm, actor, critic, *opts, batch, carry, scales, args, autocast)
+        elif name == "v3":
+            norm = m.ReturnNorm(args.return_norm_decay, args.return_norm_limit)
+            carry, metrics, checks = m.train_step(wm, actor, critic, target, norm, *opts, batch, carry, scales, args, autocast)
+        else:
+            carry, metrics, checks = m.train_step(wm, actor, critic, target, *opts, batch, carry, scales, args, autocast, 0)
+        nonfinite.note(checks, policy_step=100, world_size=1)
+    assert all(torch.isfinite(v).all() for v in metrics.values())
+    nonfinite.check(None, "checkpoint.pt", "32")  # all finite: returns
+
+
+@pytest.mark.parametrize("name", ["v1", "v3"])
+def test_non_finite_is_named_at_its_first_gradient_step(name):
+    """NonFinite remembers the first gradient step whose checks were not finite, and check() names it in one line."""
+    m = {"v1": v1, "v3": v3}[name]
+    nonfinite = m.NonFinite(10, torch.device("cpu"))
+    fine, bad = torch.tensor(1.0), torch.tensor(float("nan"))
+    nonfinite.note({"image loss": fine, "actor loss": fine}, policy_step=500, world_size=2)  # gradient step 10
+    nonfinite.note({"image loss": fine, "actor loss": bad}, policy_step=600, world_size=2)  # 12: the first blow-up
+    nonfinite.note({"image loss": bad, "actor loss": bad}, policy_step=700, world_size=2)  # 14: later, not reported
+    with pytest.raises(SystemExit, match=r"error: the actor loss became non-finite at gradient step 12 \(policy step 600\); "
+                       r"the last checkpoint, from policy step 400, is runs/x/checkpoint\.pt; lower the learning rates or "
+                       r"use --precision 32$"):  # fmt: skip
+        nonfinite.check(400, "runs/x/checkpoint.pt", "bf16")

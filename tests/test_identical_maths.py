@@ -128,15 +128,26 @@ class RecordingOptimizer:
         self.grads = {n: p.grad.clone() for n, p in self.named if p.grad is not None}
 
 
+def train_step(name, m, args, wm, actor, critic, opts: list, batch, carry) -> tuple:
+    """The script's train_step, called as its training loop calls it (a fresh target or slow critic and return
+    normaliser, fp32, the first update): (carry, metrics, checks)."""
+    target = copy.deepcopy(critic).requires_grad_(False)
+    scales, autocast = loss_scales(name, args), torch.autocast("cpu", enabled=False)
+    if name == "v1":
+        return m.train_step(wm, actor, critic, *opts, batch, carry, scales, args, autocast)
+    if name == "v3":
+        norm = m.ReturnNorm(args.return_norm_decay, args.return_norm_limit)
+        return m.train_step(wm, actor, critic, target, norm, *opts, batch, carry, scales, args, autocast)
+    return m.train_step(wm, actor, critic, target, *opts, batch, carry, scales, args, autocast, 0)
+
+
 def one_step(name, m, args, wm, actor, critic, batch, carry, reference: bool = False) -> dict:
     """Losses and gradients of one gradient step: the script's own train_step, with optimizers that record the
     gradients instead of stepping and clipping thresholds too high to act. With `reference`, the actor loss runs the
     actor again on the imagined states instead of reusing the imagination's outputs."""
     args = copy.copy(args)
     args.model_grad_clip = args.ac_grad_clip = 1e12
-    target = copy.deepcopy(critic).requires_grad_(False)
     opts = [RecordingOptimizer(module) for module in (wm, actor, critic)]
-    scales, autocast = loss_scales(name, args), torch.autocast("cpu", enabled=False)
     with pytest.MonkeyPatch.context() as mp:
         if reference and name != "v1":
             imagine = m.imagine
@@ -146,14 +157,8 @@ def one_step(name, m, args, wm, actor, critic, batch, carry, reference: bool = F
                 return feats, actions, actor(feats[:-1].detach())
 
             mp.setattr(m, "imagine", imagine_then_rerun_actor)
-        if name == "v1":
-            _, metrics, _ = m.train_step(wm, actor, critic, *opts, batch, carry, scales, args, autocast)
-        elif name == "v3":
-            norm = m.ReturnNorm(args.return_norm_decay, args.return_norm_limit)
-            _, metrics, _ = m.train_step(wm, actor, critic, target, norm, *opts, batch, carry, scales, args, autocast)
-        else:
-            _, metrics, _ = m.train_step(wm, actor, critic, target, *opts, batch, carry, scales, args, autocast, 0)
-    out = {f"world model {k} loss": metrics[f"losses/{k}"] for k in scales}
+        _, metrics, _ = train_step(name, m, args, wm, actor, critic, opts, batch, carry)
+    out = {f"world model {k} loss": metrics[f"losses/{k}"] for k in loss_scales(name, args)}
     out.update({"actor loss": metrics["losses/actor"], "critic loss": metrics["losses/critic"]})
     for label, opt in zip(("world model", "actor", "critic"), opts):
         out.update({f"d {label} / {n}": g for n, g in opt.grads.items()})
@@ -235,9 +240,7 @@ def test_train_step_never_waits_for_the_device(name, monkeypatch):
     or copying it to the host, raises here; the training loop's one wait per round of gradient steps is
     NonFinite.check."""
     m, args, wm, actor, critic, batch, carry = setup(name)
-    target = copy.deepcopy(critic).requires_grad_(False)
     opts = [torch.optim.Adam(module.parameters(), lr=1e-4, fused=True) for module in (wm, actor, critic)]
-    scales, autocast = loss_scales(name, args), torch.autocast("cpu", enabled=False)
     nonfinite = m.NonFinite(0, torch.device("cpu"))
 
     def waits(*args, **kwargs):
@@ -246,13 +249,7 @@ def test_train_step_never_waits_for_the_device(name, monkeypatch):
     with pytest.MonkeyPatch.context() as mp:
         for method in ("__bool__", "item", "cpu", "tolist", "numpy", "__int__", "__float__"):
             mp.setattr(torch.Tensor, method, waits)
-        if name == "v1":
-            carry, metrics, checks = m.train_step(wm, actor, critic, *opts, batch, carry, scales, args, autocast)
-        elif name == "v3":
-            norm = m.ReturnNorm(args.return_norm_decay, args.return_norm_limit)
-            carry, metrics, checks = m.train_step(wm, actor, critic, target, norm, *opts, batch, carry, scales, args, autocast)
-        else:
-            carry, metrics, checks = m.train_step(wm, actor, critic, target, *opts, batch, carry, scales, args, autocast, 0)
+        carry, metrics, checks = train_step(name, m, args, wm, actor, critic, opts, batch, carry)
         nonfinite.note(checks, policy_step=100, world_size=1)
     assert all(torch.isfinite(v).all() for v in metrics.values())
     nonfinite.check(None, "checkpoint.pt", "32")  # all finite: returns

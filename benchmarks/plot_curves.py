@@ -142,7 +142,16 @@ def main(args: Plot):
         curves = np.array([np.interp(grid, xs, ys, left=np.nan, right=np.nan) for _, xs, ys in official])
         for k, (_, xs, ys) in enumerate(official):
             keep = xs <= end * 1.1  # the official curve a little past our last point
-            ax.plot(xs[keep], ys[keep], color="gray", linewidth=0.8, alpha=0.7, label=None if k else args.official_label)
+            ax.plot(
+                xs[keep],
+                ys[keep],
+                ".-",
+                color="gray",
+                linewidth=0.8,
+                markersize=3,
+                alpha=0.7,
+                label=None if k else args.official_label,
+            )
         with warnings.catch_warnings():  # before the official runs' first logged point the band is empty
             warnings.simplefilter("ignore", RuntimeWarning)
             ax.fill_between(grid, np.nanmin(curves, 0), np.nanmax(curves, 0), color="gray", alpha=0.15, linewidth=0)

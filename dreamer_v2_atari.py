@@ -1285,7 +1285,8 @@ if __name__ == "__main__":
             if last_checkpoint is None:  # a state from before the first update, should training blow up early
                 write_checkpoint()
             train_policy_steps += args.num_envs * args.world_size
-            for _ in range(ratio(train_policy_steps / args.world_size)):
+            repeats = ratio(train_policy_steps / args.world_size)
+            for _ in range(repeats):
                 batch = to_device(rb.sample(), device)
                 updates = gradient_steps // args.world_size  # this process's updates so far: the target critic's clock
                 carry, metrics, checks = train_step(wm, actor, critic, target_critic, model_opt, actor_opt, critic_opt, batch,
@@ -1295,7 +1296,8 @@ if __name__ == "__main__":
                 if args.rank == 0 and args.video_every and (gradient_steps // args.world_size) % args.video_every == 0:
                     with autocast:
                         writer.add_video("charts/dream", dream_video(wm, batch), global_step, fps=15)
-            nonfinite.check(last_checkpoint, checkpoint_path, args.precision)  # the one wait for the device per round
+            if repeats:  # the one wait for the device per round of gradient steps
+                nonfinite.check(last_checkpoint, checkpoint_path, args.precision)
 
         train_seconds += time.time() - train_start
 

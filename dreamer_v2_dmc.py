@@ -1470,7 +1470,8 @@ if __name__ == "__main__":
                 if args.rank == 0 and args.video_every and (gradient_steps // args.world_size) % args.video_every == 0:
                     with autocast:
                         writer.add_video("charts/dream", dream_video(wm, batch), global_step, fps=15)
-            nonfinite.check(last_checkpoint, checkpoint_path, args.precision)  # the one wait for the device per round
+            if repeats:  # the one wait for the device per round of gradient steps
+                nonfinite.check(last_checkpoint, checkpoint_path, args.precision)
 
         train_seconds += time.time() - train_start
 

@@ -15,6 +15,10 @@ from typing import Literal, Optional
 import gymnasium as gym
 import numpy as np
 import torch
+
+# before any process group starts: imported after one (as the first torch.optim optimizer does), torch._dynamo keeps
+# gloo's threads alive past destroy_process_group, and a torchrun rank could then abort as it exits
+import torch._dynamo  # noqa: F401
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F

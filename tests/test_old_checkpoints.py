@@ -1,0 +1,57 @@
+"""A checkpoint written before the run plumbing moved into its own section (issue 19) still resumes and still plays
+with --eval-model: the checkpoint format did not change. The fixtures, and how they were made: tests/fixtures/."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.helpers import ROOT, assert_ok, run
+
+SMALL = (
+    "--learning-starts 128 --batch-size 2 --batch-length 8 --deter-size 8 --hidden-size 8 --cnn-depth 2 --mlp-units 8 "
+    "--stoch-size 2 --log-every 100 --replay-ratio 0.25 --no-cuda --exp-name old_format"
+)
+SCRIPTS = {  # fixture folder: (script, the flags it was written with besides SMALL)
+    "v1": ("dreamer_v1_atari.py", "--reward-layers 1 --discount-layers 1 --actor-layers 1 --critic-layers 1 --pretrain 1 "
+                                  "--imagination-horizon 5"),  # fmt: skip
+    "v2": ("dreamer_v2_atari.py", "--mlp-layers 1 --classes 2 --imagination-horizon 5"),
+    "v3": ("dreamer_v3_atari.py", "--mlp-layers 1 --classes 2"),
+    "dmc": ("dreamer_v2_dmc.py", "--env-id cartpole-balance --action-repeat 8 --pretrain 1 --mlp-layers 1 --classes 2 "
+                                 "--imagination-horizon 5"),  # fmt: skip
+}
+FIXTURES = ROOT / "tests" / "fixtures" / "old_checkpoints"
+
+
+def old_checkpoint(name: str, tmp_path: Path) -> tuple:
+    """Copy the fixture to runs/<its run name>/checkpoint.pt under tmp_path: (that path, the checkpoint)."""
+    checkpoint = torch.load(FIXTURES / name / "checkpoint.pt", weights_only=False)
+    path = tmp_path / "runs" / checkpoint["run_name"] / "checkpoint.pt"
+    path.parent.mkdir(parents=True)
+    shutil.copy(FIXTURES / name / "checkpoint.pt", path)
+    return path, checkpoint
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_an_old_checkpoint_resumes(name: str, tmp_path: Path):
+    script, flags = SCRIPTS[name]
+    path, old = old_checkpoint(name, tmp_path)
+    result = run(script, f"{SMALL} {flags} --eval-episodes 0 --total-timesteps 400 --resume {path}", tmp_path)
+    assert_ok(result)
+    assert f"resumed {old['run_name']} at policy step 200, 19 gradient steps" in result.stdout
+    assert "step 400/400 (100%)" in result.stdout
+    new = torch.load(path, weights_only=False)  # over the old one; without a buffer the replay refills, then trains
+    assert new["global_step"] == 400 and new["gradient_steps"] > old["gradient_steps"]
+    assert sorted(new) == sorted(old)  # the same keys: the format did not change
+    for key in ("wm", "actor", "critic"):
+        assert sorted(new[key]) == sorted(old[key])
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_an_old_checkpoint_plays_with_eval_model(name: str, tmp_path: Path):
+    script, _ = SCRIPTS[name]
+    path, old = old_checkpoint(name, tmp_path)
+    result = run(script, f"--eval-model {path} --eval-episodes 1 --no-cuda", tmp_path)
+    assert_ok(result)
+    assert f"eval of {path} (policy step 200) on {old['args']['env_id']}: mean return" in result.stdout

@@ -219,8 +219,9 @@ def make_env(
     return thunk
 
 
-def check_env(env_id: str):
+def check_env(args: Args):
     """Refuse env ids this script cannot train on, with one line that says what to do instead."""
+    env_id = args.env_id
     try:
         import ale_py
 
@@ -245,6 +246,28 @@ def check_env(env_id: str):
             f"--env-id {env_id} has a {type(act_space).__name__} action space; this Atari script needs discrete "
             "actions (use dreamer_v2_dmc.py for continuous control)"
         )
+
+
+def describe_model(args: Args) -> str:
+    """The model's name in the start-up line: the sizes that define it."""
+    return (
+        "model ("
+        + ", ".join(
+            f"{k.replace('_size', '')} {getattr(args, k)}"
+            for k in ("deter_size", "hidden_size", "stoch_size", "cnn_depth", "mlp_units")
+        )
+        + ")"
+    )
+
+
+def in_paper_terms(args: Args) -> str:
+    """The start-up line that restates the training schedule in the flags of the paper's code."""
+    train_every = f"{100 * args.action_repeat / args.replay_ratio:g}" if args.replay_ratio else "never"
+    return (
+        f"in the paper's code's terms (frames = policy steps x action repeat {args.action_repeat}, one env): "
+        f"train_steps 100 every train_every {train_every} frames, prefill {args.learning_starts * args.action_repeat}"
+        f" frames, pretrain {args.pretrain} gradient steps"
+    )
 
 
 def check_args(args: Args):
@@ -864,6 +887,9 @@ def evaluate(wm, actor, env_fn, episodes: int, greedy: bool, device, autocast, s
     return returns
 
 
+# TRY NOT TO MODIFY: run plumbing. The same text in every script (tests/test_plumbing.py compares them): checks of
+# flags and checkpoints, torchrun, run directory and loggers, checkpoints, the stop on a signal, the progress line,
+# --eval-model and the end-of-run checks. A variant of the algorithm leaves it alone (docs: Forking a script).
 def save_checkpoint(path: str, payload: dict):
     """Write atomically: a temp file, fsync, then rename over the old checkpoint, so a kill never leaves a broken one."""
     tmp = f"{path}.tmp"
@@ -959,108 +985,330 @@ def choose_precision(args: Args, device: torch.device) -> str:
     return f" (native on {where})" if args.precision == "bf16" else ""
 
 
-if __name__ == "__main__":
-    args = tyro.cli(Args)
-    args.world_size, args.rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    saved = None
-    if args.eval_model:  # watch a saved agent with the network and env flags it was trained with
-        if args.resume or args.world_size > 1:
-            fail("--eval-model watches a saved agent in one process: run it with python and without --resume")
-        if not args.eval_episodes:
-            fail("--eval-model plays --eval-episodes episodes: pass a positive number")
-        saved = load_checkpoint(args.eval_model, "--eval-model")
-        for key, value in saved["args"].items():
-            if key not in EVAL_FLAGS:
-                setattr(args, key, value)
-    check_args(args)
-    checkpoint, rank_checkpoint = None, None
-    if args.resume:
-        checkpoint = load_checkpoint(args.resume)
-        mismatch = [k for k in RESUME_FLAGS if checkpoint["args"][k] != getattr(args, k)]
-        if mismatch:
-            fail(
-                f"--resume {args.resume}: the checkpoint was trained with "
-                + ", ".join(f"--{k.replace('_', '-')} {checkpoint['args'][k]}" for k in mismatch)
-                + f" (this run has {', '.join(str(getattr(args, k)) for k in mismatch)}); pass the same values"
+class Run:
+    """One training run around the algorithm. `Run(args)` checks the flags and a checkpoint to resume, starts torchrun's
+    process group, creates the run directory, TensorBoard writer and wandb run: all that can fail before the first env
+    step. The main block then registers the modules, optimizers and replay-ratio schedule once (`register`) and gets the
+    loop's counters from `start`; checkpoints, the parameter count, the rank-0 weight broadcast and the end-of-run
+    checksums all read that one registry."""
+
+    def __init__(self, args: Args):
+        args.world_size, args.rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
+        self.args, self.saved, self.checkpoint, self.rank_checkpoint = args, None, None, None
+        if args.eval_model:  # watch a saved agent with the network and env flags it was trained with
+            if args.resume or args.world_size > 1:
+                fail("--eval-model watches a saved agent in one process: run it with python and without --resume")
+            if not args.eval_episodes:
+                fail("--eval-model plays --eval-episodes episodes: pass a positive number")
+            self.saved = load_checkpoint(args.eval_model, "--eval-model")
+            for key, value in self.saved["args"].items():
+                if key not in EVAL_FLAGS:
+                    setattr(args, key, value)
+        check_args(args)
+        if args.resume:
+            self.checkpoint = checkpoint = load_checkpoint(args.resume)
+            mismatch = [k for k in RESUME_FLAGS if checkpoint["args"][k] != getattr(args, k)]
+            if mismatch:
+                fail(
+                    f"--resume {args.resume}: the checkpoint was trained with "
+                    + ", ".join(f"--{k.replace('_', '-')} {checkpoint['args'][k]}" for k in mismatch)
+                    + f" (this run has {', '.join(str(getattr(args, k)) for k in mismatch)}); pass the same values"
+                )
+            if checkpoint["world_size"] != args.world_size:
+                fail(f"--resume {args.resume}: the run used {checkpoint['world_size']} processes; resume with the same number")
+            rank_path = os.path.join(os.path.dirname(args.resume), f"checkpoint.rank{args.rank}.pt")
+            self.rank_checkpoint = checkpoint if args.rank == 0 else load_checkpoint(rank_path)
+            if self.rank_checkpoint["global_step"] != checkpoint["global_step"]:
+                fail(
+                    f"--resume: {rank_path} is from policy step {self.rank_checkpoint['global_step']}, {args.resume} from "
+                    f"{checkpoint['global_step']}; the checkpoints of all ranks must come from the same step"
+                )
+        check_env(args)
+        if "--cuda" in sys.argv[1:] and not torch.cuda.is_available():  # the default --cuda falls back silently
+            print("warning: --cuda is set but CUDA is not available; running on the CPU", file=sys.stderr)
+        local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        self.device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() and args.cuda else "cpu")
+        self.precision_note = choose_precision(args, self.device)
+        if args.world_size > 1:
+            # a long timeout: the other ranks wait while rank 0 evaluates
+            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo", timeout=datetime.timedelta(hours=3))
+            if self.device.type == "cuda":
+                torch.cuda.set_device(self.device)
+        set_malloc_for_speed()
+        run_name = f"{args.env_id}__{args.exp_name}{'-eval' if self.saved else ''}__{args.seed}__{int(time.time())}"
+        run_name = run_name.replace("/", "_")
+        if self.checkpoint is not None:
+            run_name = self.checkpoint["run_name"]
+        elif args.world_size > 1:  # every rank writes into rank 0's run directory
+            names = [run_name]
+            dist.broadcast_object_list(names, 0)
+            run_name = names[0]
+        self.run_name, self.run_dir, self.writer = run_name, f"runs/{run_name}", None
+        if self.checkpoint is None and args.rank == 0 and os.path.exists(self.run_dir):
+            fail(f"{self.run_dir} already exists; pick another --exp-name or --seed (or --resume its checkpoint)")
+        if args.rank == 0:  # only rank 0 creates run_dir: other ranks write into it after the weight broadcast
+            os.makedirs(self.run_dir, exist_ok=True)
+            if args.track:
+                import wandb
+
+                wandb.init(
+                    project=args.wandb_project_name,
+                    entity=args.wandb_entity,
+                    sync_tensorboard=True,
+                    config=vars(args),
+                    name=run_name,
+                    monitor_gym=False,  # wandb's gym hook breaks gymnasium 1.x's RecordVideo: upload_videos() sends them
+                    save_code=True,
+                    id=self.checkpoint.get("wandb_id") if self.checkpoint else None,
+                    resume="allow",
+                )
+            self.writer = SummaryWriter(self.run_dir)
+            self.writer.add_text(
+                "hyperparameters",
+                "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
             )
-        if checkpoint["world_size"] != args.world_size:
-            fail(f"--resume {args.resume}: the run used {checkpoint['world_size']} processes; resume with the same number")
-        rank_path = os.path.join(os.path.dirname(args.resume), f"checkpoint.rank{args.rank}.pt")
-        rank_checkpoint = checkpoint if args.rank == 0 else load_checkpoint(rank_path)
-        if rank_checkpoint["global_step"] != checkpoint["global_step"]:
-            fail(f"--resume: {rank_path} is from policy step {rank_checkpoint['global_step']}, {args.resume} from "
-                 f"{checkpoint['global_step']}; the checkpoints of all ranks must come from the same step")  # fmt: skip
-    check_env(args.env_id)
-    if "--cuda" in sys.argv[1:] and not torch.cuda.is_available():  # the default --cuda falls back silently
-        print("warning: --cuda is set but CUDA is not available; running on the CPU", file=sys.stderr)
-    device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() and args.cuda else "cpu")
-    precision_note = choose_precision(args, device)
-    if args.world_size > 1:
-        # a long timeout: the other ranks wait while rank 0 evaluates
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=datetime.timedelta(hours=3))
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-    set_malloc_for_speed()
-    run_name = f"{args.env_id}__{args.exp_name}{'-eval' if saved else ''}__{args.seed}__{int(time.time())}".replace("/", "_")
-    if checkpoint is not None:
-        run_name = checkpoint["run_name"]
-    elif args.world_size > 1:  # every rank writes into rank 0's run directory
-        names = [run_name]
-        dist.broadcast_object_list(names, 0)
-        run_name = names[0]
-    run_dir = f"runs/{run_name}"
-    if checkpoint is None and args.rank == 0 and os.path.exists(run_dir):
-        fail(f"{run_dir} already exists; pick another --exp-name or --seed (or --resume its checkpoint)")
-    if args.rank == 0:  # only rank 0 creates run_dir: other ranks write into it after the weight broadcast below
-        os.makedirs(run_dir, exist_ok=True)
-        if args.track:
+        rank_file = "checkpoint.pt" if args.rank == 0 else f"checkpoint.rank{args.rank}.pt"
+        self.checkpoint_path, self.uploaded_videos, self.objects = f"{self.run_dir}/{rank_file}", set(), {}
+
+    def upload_videos(self):
+        """With --track --capture-video, send each finished episode video in videos/{run_name} to wandb once."""
+        if self.args.track and self.args.capture_video:
             import wandb
 
-            wandb.init(
-                project=args.wandb_project_name,
-                entity=args.wandb_entity,
-                sync_tensorboard=True,
-                config=vars(args),
-                name=run_name,
-                monitor_gym=False,  # wandb's gym hook breaks gymnasium 1.x's RecordVideo: upload_videos() sends them
-                save_code=True,
-                id=checkpoint.get("wandb_id") if checkpoint else None,
-                resume="allow",
-            )
-        writer = SummaryWriter(run_dir)
-        writer.add_text(
-            "hyperparameters",
-            "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
-        )
-    checkpoint_path = f"{run_dir}/checkpoint.pt" if args.rank == 0 else f"{run_dir}/checkpoint.rank{args.rank}.pt"
-    uploaded_videos = set()
+            for path in sorted(set(glob.glob(f"videos/{self.run_name}/*.mp4")) - self.uploaded_videos):
+                wandb.log({"videos": wandb.Video(path, format="mp4")})
+                self.uploaded_videos.add(path)
 
-    def upload_videos():
-        """With --track --capture-video, send each finished episode video in videos/{run_name} to wandb once."""
-        for path in sorted(set(glob.glob(f"videos/{run_name}/*.mp4")) - uploaded_videos):
-            wandb.log({"videos": wandb.Video(path, format="mp4")})
-            uploaded_videos.add(path)
+    def finish_eval_model(self, eval_returns: list, envs):
+        """--eval-model: log each episode's return, print their mean, close everything and exit."""
+        for episode, episode_return in enumerate(eval_returns):
+            self.writer.add_scalar("eval/episodic_return", episode_return, episode)
+        print(
+            f"eval of {self.args.eval_model} (policy step {self.saved['global_step']}) on {self.args.env_id}: mean return "
+            f"{np.mean(eval_returns):.2f} +- {np.std(eval_returns):.2f} over {len(eval_returns)} episodes",
+            flush=True,
+        )
+        envs.close()
+        self.upload_videos()
+        self.writer.close()
+        sys.exit(0)
+
+    def register(self, **objects):
+        """The modules, optimizers and replay-ratio schedule that a checkpoint holds, under their checkpoint keys (the
+        world model as `wm`). Every rank starts from rank 0's weights; rank 0 prints the sizes of the trained modules;
+        --resume restores every object's state."""
+        args, self.objects = self.args, objects
+        modules = {key: obj for key, obj in objects.items() if isinstance(obj, nn.Module)}
+        if args.world_size > 1:  # every rank starts from rank 0's weights
+            for module in modules.values():
+                for tensor in list(module.parameters()) + list(module.buffers()):
+                    dist.broadcast(tensor.data, 0)
+        n_params = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+        parts = dict(modules["wm"].named_children())  # the world model's parts, then the other trained modules
+        parts.update({k: m for k, m in modules.items() if k != "wm" and any(p.requires_grad for p in m.parameters())})
+        if args.rank == 0:
+            print(
+                f"{describe_model(args)}: "
+                + ", ".join(f"{k} {n_params(m) / 1e6:.2f}M" for k, m in parts.items())
+                + f"; total {sum(n_params(m) for m in parts.values()) / 1e6:.2f}M parameters"
+            )
+            print(
+                f"replay ratio {args.replay_ratio:g} (gradient steps per policy step, global) | world size {args.world_size}"
+                f" | batch {args.batch_size} x {args.batch_length} per rank, {args.batch_size * args.world_size} x "
+                f"{args.batch_length} global | Hafner train ratio {args.replay_ratio * args.batch_size * args.batch_length:g}"
+                f" (replayed steps per policy step) | device {self.device}, precision {args.precision}{self.precision_note}"
+            )
+        if self.checkpoint is not None:
+            for key, obj in objects.items():
+                obj.load_state_dict(self.checkpoint[key])
+
+    def start(self, rb, envs, carry: tuple) -> tuple:
+        """The loop's (global_step, train_policy_steps, gradient_steps, last_eval, carry): --resume's, or a fresh run's.
+        Also restores this rank's replay and random generators, installs the stop on SIGINT / SIGTERM, and starts the
+        clocks of the progress line."""
+        device, checkpoint, rank_checkpoint = self.device, self.checkpoint, self.rank_checkpoint
+        self.rb, self.envs, self.carry = rb, envs, carry
+        self.counters = dict(global_step=0, train_policy_steps=0, gradient_steps=0, last_eval=0)
+        self.last_checkpoint = None
+        if checkpoint is not None:
+            self.counters = {key: checkpoint[key] for key in self.counters}
+            self.last_checkpoint = checkpoint["global_step"]
+            rb.load_state_dict(rank_checkpoint["replay"])
+            state, action = rank_checkpoint["carry"]
+            self.carry = ({k: v.to(device) for k, v in state.items()}, action.to(device))
+            random.setstate(rank_checkpoint["rng"]["python"])
+            np.random.set_state(rank_checkpoint["rng"]["numpy"])
+            torch.set_rng_state(rank_checkpoint["rng"]["torch"].cpu())
+            if device.type == "cuda" and rank_checkpoint["rng"]["cuda"] is not None:
+                torch.cuda.set_rng_state(rank_checkpoint["rng"]["cuda"].cpu())
+            envs.action_space.np_random.bit_generator.state = rank_checkpoint["rng"]["action_space"]
+            print(f"resumed {self.run_name} at policy step {checkpoint['global_step']}, {checkpoint['gradient_steps']} "
+                  "gradient steps")  # fmt: skip
+        self.nonfinite = NonFinite(self.counters["gradient_steps"], device)
+        self.stop_signal, self.stopped = [], False
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda signum, frame: self.stop_signal.append(signum))
+        self.start_time, self.train_seconds = time.time(), 0.0  # train_seconds: the loop adds its gradient steps' time
+        self.start_step, self.start_gradient_steps = self.counters["global_step"], self.counters["gradient_steps"]
+        return (*self.counters.values(), self.carry)
+
+    def state(self) -> tuple:
+        """(this rank's checkpoint, the shared state); rank 0's checkpoint holds both; the shared state alone is what
+        --save-model writes."""
+        args, device = self.args, self.device
+        rank_state = dict(
+            global_step=self.counters["global_step"],
+            replay=self.rb.state_dict(args.checkpoint_buffer),
+            carry=self.carry,
+            rng=dict(
+                python=random.getstate(),
+                numpy=np.random.get_state(),
+                torch=torch.get_rng_state(),
+                cuda=torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+                action_space=self.envs.action_space.np_random.bit_generator.state,
+            ),
+        )
+        shared = dict(
+            script=os.path.basename(__file__),
+            args=asdict(args),
+            run_name=self.run_name,
+            world_size=args.world_size,
+            **{key: obj.state_dict() for key, obj in self.objects.items()},
+            **self.counters,
+            wandb_id=None,
+        )
+        if args.track and args.rank == 0:
+            import wandb
+
+            shared["wandb_id"] = wandb.run.id
+        return (dict(shared, **rank_state) if args.rank == 0 else dict(script=shared["script"], **rank_state)), shared
+
+    def check_finite(self):
+        """Stop with one line if a gradient step since the last check had a non-finite loss or gradient norm."""
+        self.nonfinite.check(self.last_checkpoint, self.checkpoint_path, self.args.precision)
+
+    def save(self, global_step: int, train_policy_steps: int, gradient_steps: int, last_eval: int, carry: tuple):
+        """Write this rank's checkpoint atomically; never one from after a non-finite loss."""
+        self.counters = dict(
+            global_step=global_step, train_policy_steps=train_policy_steps, gradient_steps=gradient_steps, last_eval=last_eval
+        )
+        self.carry = carry
+        self.check_finite()
+        save_checkpoint(self.checkpoint_path, self.state()[0])
+        self.last_checkpoint = global_step
+
+    def checkpoint_due(self, global_step: int) -> bool:
+        """Every --checkpoint-every policy steps (0: only at the end and on a stop)."""
+        args = self.args
+        return bool(args.checkpoint_every) and global_step % args.checkpoint_every < args.num_envs * args.world_size
+
+    def stop_requested(self) -> bool:
+        """True on every rank if any rank got SIGINT / SIGTERM: a stop must happen on every rank at the same step."""
+        stop = bool(self.stop_signal)
+        if self.args.world_size > 1:
+            flag = torch.tensor([float(stop)], device=self.device)
+            dist.all_reduce(flag)
+            stop = bool(flag.item() > 0)
+        self.stopped = stop
+        return stop
+
+    def log_due(self, global_step: int) -> bool:
+        """Rank 0 logs every --log-every policy steps and at the last one."""
+        args = self.args
+        every = global_step % args.log_every < args.num_envs * args.world_size or global_step >= args.total_timesteps
+        return args.rank == 0 and every
+
+    def log_progress(self, global_step: int, train_policy_steps: int, gradient_steps: int, metrics: dict, episode_returns):
+        """When `log_due`: TensorBoard's charts/ and the training metrics, and the progress line with its ETA."""
+        args, writer = self.args, self.writer
+        if not self.log_due(global_step):
+            return
+        sps = (global_step - self.start_step) / (time.time() - self.start_time)
+        writer.add_scalar("charts/SPS", sps, global_step)
+        if train_policy_steps:
+            writer.add_scalar("charts/replay_ratio", gradient_steps / train_policy_steps, global_step)
+            writer.add_scalar("charts/gradient_steps", gradient_steps, global_step)
+        self.upload_videos()
+        if metrics:
+            values = torch.stack([v.detach().float() for v in metrics.values()]).cpu().tolist()
+            for key, value in zip(metrics, values):
+                writer.add_scalar(key, value, global_step)
+        # ETA: the policy steps left at their measured cost, plus the gradient steps left at theirs
+        done_gradient_steps = gradient_steps - self.start_gradient_steps
+        if args.replay_ratio and not done_gradient_steps:
+            eta = "starts with training"
+        else:
+            seconds_per_step = (time.time() - self.start_time - self.train_seconds) / (global_step - self.start_step)
+            left = args.replay_ratio * (args.total_timesteps - max(global_step, args.learning_starts))
+            left_seconds = left * self.train_seconds / done_gradient_steps if done_gradient_steps else 0.0
+            eta = datetime.timedelta(seconds=int((args.total_timesteps - global_step) * seconds_per_step + left_seconds))
+        recent = f" | return {np.mean(episode_returns[-10:]):.1f}" if episode_returns else ""
+        print(
+            f"step {global_step}/{args.total_timesteps} ({100 * global_step / args.total_timesteps:.0f}%) | SPS {sps:.1f}"
+            f" | gradient steps {gradient_steps} | replay ratio {gradient_steps / max(train_policy_steps, 1):.3f}"
+            f" | ETA {eta}{recent}",
+            flush=True,
+        )
+
+    def log_eval(self, global_step: int, eval_returns: list):
+        self.writer.add_scalar("eval/episodic_return", np.mean(eval_returns), global_step)
+        print(
+            f"eval at step {global_step}: mean return {np.mean(eval_returns):.2f} over {len(eval_returns)} episodes",
+            flush=True,
+        )
+
+    def finish(self):
+        """After the loop: say how to resume a stopped run, --save-model, check that all ranks hold the same weights,
+        close the envs and loggers, and leave torchrun's process group together."""
+        args = self.args
+        if self.stopped and args.rank == 0:
+            launcher = f"torchrun --standalone --nproc_per_node {args.world_size}" if args.world_size > 1 else "python"
+            print(
+                f"stopped by signal at policy step {self.counters['global_step']}; checkpoint written to "
+                f"{self.checkpoint_path}\nresume with: {launcher} {os.path.basename(__file__)} --resume "
+                f"{self.checkpoint_path} (plus the same flags)"
+            )
+        if args.save_model and args.rank == 0:
+            model_path = f"{self.run_dir}/{args.exp_name}.cleanrl_model"
+            torch.save(self.state()[1], model_path)
+            print(f"model saved to {model_path}")
+        if args.world_size > 1:  # data parallel must leave the same weights on every rank: compare float64 checksums
+            params = [p for m in self.objects.values() if isinstance(m, nn.Module) for p in m.parameters()]
+            checksum = torch.stack([torch.stack([p.double().sum(), p.double().square().sum()]) for p in params]).flatten()
+            checksums = [torch.empty_like(checksum) for _ in range(args.world_size)]
+            dist.all_gather(checksums, checksum)
+            if args.rank == 0:
+                if not all(torch.equal(c, checksums[0]) for c in checksums):
+                    fail(f"the weights differ across the {args.world_size} ranks after training (a data-parallel bug)")
+                print(f"weights identical on all {args.world_size} ranks")
+        self.envs.close()  # finishes the last video
+        if args.rank == 0:
+            self.upload_videos()
+            self.writer.close()
+        if dist.is_initialized():
+            dist.barrier()  # leave together: a rank that exits while another still tears down gloo can abort it
+            dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    run = Run(args)  # checks the flags (and the checkpoint of --resume), torchrun, run directory, TensorBoard, wandb
+    device, writer = run.device, run.writer
 
     # TRY NOT TO MODIFY: seeding
     random.seed(args.seed + args.rank)
     np.random.seed(args.seed + args.rank)
-    torch.manual_seed(args.seed + args.rank)  # the initial weights are broadcast from rank 0 below
+    torch.manual_seed(args.seed + args.rank)  # the initial weights are broadcast from rank 0 by run.register
     torch.backends.cudnn.deterministic = args.torch_deterministic
 
     # env setup
-    env_kwargs = dict(
-        action_repeat=args.action_repeat,
-        grayscale=args.grayscale,
-        sticky=args.sticky_actions,
-        noop_max=args.noop_max,
-        life_loss=args.terminal_on_life_loss,
-    )
+    env_kwargs = dict(action_repeat=args.action_repeat, grayscale=args.grayscale, sticky=args.sticky_actions,
+                      noop_max=args.noop_max, life_loss=args.terminal_on_life_loss)  # fmt: skip
     first_env = args.rank * args.num_envs
-    train_video = args.capture_video and not saved  # --eval-model records its evaluation env instead
+    train_video = args.capture_video and not run.saved  # --eval-model records its evaluation env instead
     envs = gym.vector.SyncVectorEnv(
         [
-            make_env(args.env_id, args.seed + first_env + i, first_env + i, train_video, run_name, **env_kwargs)
+            make_env(args.env_id, args.seed + first_env + i, first_env + i, train_video, run.run_name, **env_kwargs)
             for i in range(args.num_envs)
         ]
     )
@@ -1075,10 +1323,6 @@ if __name__ == "__main__":
     critic = Critic(feat_size, args.mlp_units, args.critic_layers).to(device)
     wm.encoder.to(memory_format=torch.channels_last)
     wm.decoder.to(memory_format=torch.channels_last)
-    if args.world_size > 1:  # every rank starts from rank 0's weights
-        for module in (wm, actor, critic):
-            for tensor in list(module.parameters()) + list(module.buffers()):
-                dist.broadcast(tensor.data, 0)
     model_opt = torch.optim.Adam(wm.parameters(), lr=args.model_lr, eps=args.model_eps, fused=True)
     actor_opt = torch.optim.Adam(actor.parameters(), lr=args.actor_lr, eps=args.ac_eps, fused=True)
     critic_opt = torch.optim.Adam(critic.parameters(), lr=args.critic_lr, eps=args.ac_eps, fused=True)
@@ -1090,148 +1334,26 @@ if __name__ == "__main__":
         wm.rssm.img_step = torch.compile(wm.rssm.img_step)
         wm.rssm.obs_step = torch.compile(wm.rssm.obs_step)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
-    if saved:  # --eval-model: play, log eval/ and the videos, train nothing
-        wm.load_state_dict(saved["wm"])
-        actor.load_state_dict(saved["actor"])
-        eval_fn = make_env(args.env_id, args.seed, 0, args.capture_video, run_name, **dict(env_kwargs, life_loss=False))
+    if run.saved:  # --eval-model: play, log eval/ and the videos, train nothing
+        wm.load_state_dict(run.saved["wm"])
+        actor.load_state_dict(run.saved["actor"])
+        eval_fn = make_env(args.env_id, args.seed, 0, args.capture_video, run.run_name, **dict(env_kwargs, life_loss=False))
         eval_returns = evaluate(wm, actor, eval_fn, args.eval_episodes, args.eval_greedy, device, autocast, args.seed)
-        for episode, episode_return in enumerate(eval_returns):
-            writer.add_scalar("eval/episodic_return", episode_return, episode)
-        print(
-            f"eval of {args.eval_model} (policy step {saved['global_step']}) on {args.env_id}: mean return "
-            f"{np.mean(eval_returns):.2f} +- {np.std(eval_returns):.2f} over {len(eval_returns)} episodes",
-            flush=True,
-        )
-        envs.close()
-        if args.track and args.capture_video:
-            upload_videos()
-        writer.close()
-        sys.exit(0)
-    n_params = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
-    parts = dict(
-        encoder=wm.encoder,
-        rssm=wm.rssm,
-        decoder=wm.decoder,
-        reward=wm.reward,
-        discount=wm.discount,
-        actor=actor,
-        critic=critic,
-    )
-    if args.rank == 0:
-        sizes = ", ".join(
-            f"{k.replace('_size', '')} {getattr(args, k)}"
-            for k in ("deter_size", "hidden_size", "stoch_size", "cnn_depth", "mlp_units")
-        )
-        print(
-            f"model ({sizes}): "
-            + ", ".join(f"{k} {n_params(m) / 1e6:.2f}M" for k, m in parts.items())
-            + f"; total {sum(n_params(m) for m in parts.values()) / 1e6:.2f}M parameters"
-        )
-        print(
-            f"replay ratio {args.replay_ratio:g} (gradient steps per policy step, global) | world size {args.world_size}"
-            f" | batch {args.batch_size} x {args.batch_length} per rank, {args.batch_size * args.world_size} x "
-            f"{args.batch_length} global | Hafner train ratio {args.replay_ratio * args.batch_size * args.batch_length:g}"
-            f" (replayed steps per policy step) | device {device}, precision {args.precision}{precision_note}"
-        )
-        train_every = f"{100 * args.action_repeat / args.replay_ratio:g}" if args.replay_ratio else "never"
-        print(
-            f"in the paper's code's terms (frames = policy steps x action repeat {args.action_repeat}, one env): "
-            f"train_steps 100 every train_every {train_every} frames, prefill {args.learning_starts * args.action_repeat}"
-            f" frames, pretrain {args.pretrain} gradient steps"
-        )
+        run.finish_eval_model(eval_returns, envs)  # logs, prints, closes and exits
 
     # replay and the replay-ratio schedule
-    rb = SequenceReplay(
-        min(args.buffer_size, (checkpoint["args"] if checkpoint else asdict(args))["total_timesteps"]),
-        args.num_envs,
-        obs_shape,
-        action_size,
-        args.batch_size,
-        args.batch_length,
-        args.tbptt,
-        args.tbptt_jump_prob,
-        args.seed + args.rank,
-    )
+    capacity = min(args.buffer_size, (run.checkpoint["args"] if run.checkpoint else asdict(args))["total_timesteps"])
+    rb = SequenceReplay(capacity, args.num_envs, obs_shape, action_size, args.batch_size, args.batch_length, args.tbptt,
+                        args.tbptt_jump_prob, args.seed + args.rank)  # fmt: skip
     ratio = Ratio(args.replay_ratio)
-    global_step, train_policy_steps, gradient_steps, last_eval, last_checkpoint = 0, 0, 0, 0, None
     carry = (wm.rssm.initial(args.batch_size), torch.zeros(args.batch_size, action_size, device=device))
-    if checkpoint is not None:
-        wm.load_state_dict(checkpoint["wm"])
-        actor.load_state_dict(checkpoint["actor"])
-        critic.load_state_dict(checkpoint["critic"])
-        for opt, key in ((model_opt, "model_opt"), (actor_opt, "actor_opt"), (critic_opt, "critic_opt")):
-            opt.load_state_dict(checkpoint[key])
-        ratio.load_state_dict(checkpoint["ratio"])
-        global_step, train_policy_steps, gradient_steps = (
-            checkpoint[k] for k in ("global_step", "train_policy_steps", "gradient_steps")
-        )
-        last_eval, last_checkpoint = checkpoint["last_eval"], checkpoint["global_step"]
-        rb.load_state_dict(rank_checkpoint["replay"])
-        carry = ({k: v.to(device) for k, v in rank_checkpoint["carry"][0].items()}, rank_checkpoint["carry"][1].to(device))
-        random.setstate(rank_checkpoint["rng"]["python"])
-        np.random.set_state(rank_checkpoint["rng"]["numpy"])
-        torch.set_rng_state(rank_checkpoint["rng"]["torch"].cpu())
-        if device.type == "cuda" and rank_checkpoint["rng"]["cuda"] is not None:
-            torch.cuda.set_rng_state(rank_checkpoint["rng"]["cuda"].cpu())
-        envs.action_space.np_random.bit_generator.state = rank_checkpoint["rng"]["action_space"]
-        print(f"resumed {run_name} at policy step {global_step}, {gradient_steps} gradient steps")
-
-    nonfinite = NonFinite(gradient_steps, device)
-
-    def make_checkpoint() -> tuple:
-        """(shared state, this rank's state); rank 0 writes both into one file."""
-        rank_state = dict(
-            global_step=global_step,
-            replay=rb.state_dict(args.checkpoint_buffer),
-            carry=carry,
-            rng=dict(
-                python=random.getstate(),
-                numpy=np.random.get_state(),
-                torch=torch.get_rng_state(),
-                cuda=torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-                action_space=envs.action_space.np_random.bit_generator.state,
-            ),
-        )
-        shared = dict(
-            script=os.path.basename(__file__),
-            args=asdict(args),
-            run_name=run_name,
-            world_size=args.world_size,
-            wm=wm.state_dict(),
-            actor=actor.state_dict(),
-            critic=critic.state_dict(),
-            model_opt=model_opt.state_dict(),
-            actor_opt=actor_opt.state_dict(),
-            critic_opt=critic_opt.state_dict(),
-            ratio=ratio.state_dict(),
-            global_step=global_step,
-            train_policy_steps=train_policy_steps,
-            gradient_steps=gradient_steps,
-            last_eval=last_eval,
-            wandb_id=wandb.run.id if args.track and args.rank == 0 else None,
-        )
-        return (dict(shared, **rank_state) if args.rank == 0 else dict(script=shared["script"], **rank_state)), shared
-
-    def write_checkpoint():
-        global last_checkpoint
-        nonfinite.check(last_checkpoint, checkpoint_path, args.precision)  # never a checkpoint from after a blow-up
-        save_checkpoint(checkpoint_path, make_checkpoint()[0])
-        last_checkpoint = global_step
-
-    stop_signal = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda signum, frame: stop_signal.append(signum))
-
-    def all_ranks_agree(flag: bool) -> bool:
-        """True if any rank raised the flag (a stop must happen on every rank at the same step)."""
-        if args.world_size == 1:
-            return flag
-        t = torch.tensor([float(flag)], device=device)
-        dist.all_reduce(t)
-        return bool(t.item() > 0)
+    run.register(wm=wm, actor=actor, critic=critic, model_opt=model_opt, actor_opt=actor_opt, critic_opt=critic_opt,
+                 ratio=ratio)  # fmt: skip
+    if args.rank == 0:
+        print(in_paper_terms(args))
+    global_step, train_policy_steps, gradient_steps, last_eval, carry = run.start(rb, envs, carry)
 
     # TRY NOT TO MODIFY: start the game
-    start_time, start_step, start_gradient_steps, train_seconds = time.time(), global_step, gradient_steps, 0.0
     obs, _ = envs.reset(seed=[args.seed + first_env + i + global_step for i in range(args.num_envs)])
     is_first = np.ones(args.num_envs, bool)
     autoreset = np.zeros(args.num_envs, bool)  # NEXT_STEP autoreset: the next step() of these envs resets them
@@ -1274,8 +1396,8 @@ if __name__ == "__main__":
         # ALGO LOGIC: training, as many gradient steps as the replay ratio asks for
         train_start = time.time()
         if len(rb) * args.world_size >= args.learning_starts and rb.can_sample():
-            if last_checkpoint is None:  # a state from before the first update, should training blow up early
-                write_checkpoint()
+            if run.last_checkpoint is None:  # a state from before the first update, should training blow up early
+                run.save(global_step, train_policy_steps, gradient_steps, last_eval, carry)
             train_policy_steps += args.num_envs * args.world_size
             repeats = ratio(train_policy_steps / args.world_size)
             if gradient_steps == 0 and repeats:  # the first training call pretrains (nothing with --replay-ratio 0)
@@ -1285,91 +1407,35 @@ if __name__ == "__main__":
                 carry, metrics, checks = train_step(
                     wm, actor, critic, model_opt, actor_opt, critic_opt, batch, carry, loss_scales, args, autocast
                 )
-                nonfinite.note(checks, global_step, args.world_size)
+                run.nonfinite.note(checks, global_step, args.world_size)
                 gradient_steps += args.world_size
                 if args.rank == 0 and args.video_every and (gradient_steps // args.world_size) % args.video_every == 0:
                     with autocast:
                         writer.add_video("charts/dream", dream_video(wm, batch), global_step, fps=15)
             if repeats:  # the one wait for the device per round of gradient steps
-                nonfinite.check(last_checkpoint, checkpoint_path, args.precision)
-
-        train_seconds += time.time() - train_start
+                run.check_finite()
+        run.train_seconds += time.time() - train_start
 
         # logging, evaluation, checkpoints
-        log_now = global_step % args.log_every < args.num_envs * args.world_size or global_step >= args.total_timesteps
-        if args.rank == 0 and log_now:
-            sps = (global_step - start_step) / (time.time() - start_time)
-            writer.add_scalar("charts/SPS", sps, global_step)
+        if run.log_due(global_step):
             writer.add_scalar("charts/epsilon", epsilon, global_step)
-            if train_policy_steps:
-                writer.add_scalar("charts/replay_ratio", gradient_steps / train_policy_steps, global_step)
-                writer.add_scalar("charts/gradient_steps", gradient_steps, global_step)
-            if args.track and args.capture_video:
-                upload_videos()
-            if metrics:
-                values = torch.stack([v.detach().float() for v in metrics.values()]).cpu().tolist()
-                for key, value in zip(metrics, values):
-                    writer.add_scalar(key, value, global_step)
-            # ETA: the policy steps left at their measured cost, plus the gradient steps left at theirs
-            done_gradient_steps = gradient_steps - start_gradient_steps
-            if args.replay_ratio and not done_gradient_steps:
-                eta = "starts with training"
-            else:
-                seconds_per_step = (time.time() - start_time - train_seconds) / (global_step - start_step)
-                left = args.replay_ratio * (args.total_timesteps - max(global_step, args.learning_starts))
-                left_seconds = left * train_seconds / done_gradient_steps if done_gradient_steps else 0.0
-                eta = datetime.timedelta(seconds=int((args.total_timesteps - global_step) * seconds_per_step + left_seconds))
-            recent = f" | return {np.mean(episode_returns[-10:]):.1f}" if episode_returns else ""
-            print(
-                f"step {global_step}/{args.total_timesteps} ({100 * global_step / args.total_timesteps:.0f}%) | SPS {sps:.1f}"
-                f" | gradient steps {gradient_steps} | replay ratio {gradient_steps / max(train_policy_steps, 1):.3f}"
-                f" | ETA {eta}{recent}",
-                flush=True,
-            )
+        run.log_progress(global_step, train_policy_steps, gradient_steps, metrics, episode_returns)
         done = global_step >= args.total_timesteps
         if args.eval_episodes and (args.eval_every and global_step - last_eval >= args.eval_every or done):
             last_eval = global_step
             if args.rank == 0:
                 # evaluation plays whole games, as the paper's Atari setup (life loss ends episodes in training only)
-                eval_fn = make_env(args.env_id, args.seed + 100_000, 1, False, run_name, **dict(env_kwargs, life_loss=False))
+                eval_fn = make_env(
+                    args.env_id, args.seed + 100_000, 1, False, run.run_name, **dict(env_kwargs, life_loss=False)
+                )
                 eval_returns = evaluate(
                     wm, actor, eval_fn, args.eval_episodes, args.eval_greedy, device, autocast, args.seed + global_step
                 )
-                writer.add_scalar("eval/episodic_return", np.mean(eval_returns), global_step)
-                print(
-                    f"eval at step {global_step}: mean return {np.mean(eval_returns):.2f} over {len(eval_returns)} episodes",
-                    flush=True,
-                )
-        stop = all_ranks_agree(bool(stop_signal))
-        if done or stop or (args.checkpoint_every and global_step % args.checkpoint_every < args.num_envs * args.world_size):
-            write_checkpoint()
+                run.log_eval(global_step, eval_returns)
+        stop = run.stop_requested()  # SIGINT / SIGTERM on any rank
+        if done or stop or run.checkpoint_due(global_step):
+            run.save(global_step, train_policy_steps, gradient_steps, last_eval, carry)
         if stop:
-            if args.rank == 0:
-                launcher = f"torchrun --standalone --nproc_per_node {args.world_size}" if args.world_size > 1 else "python"
-                print(
-                    f"stopped by signal at policy step {global_step}; checkpoint written to {checkpoint_path}\n"
-                    f"resume with: {launcher} {os.path.basename(__file__)} --resume {checkpoint_path} (plus the same flags)"
-                )
             break
 
-    if args.save_model and args.rank == 0:
-        model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
-        torch.save(make_checkpoint()[1], model_path)
-        print(f"model saved to {model_path}")
-    if args.world_size > 1:  # data parallel must leave the same weights on every rank: compare float64 checksums
-        params = [p for m in (wm, actor, critic) for p in m.parameters()]
-        checksum = torch.stack([torch.stack([p.double().sum(), p.double().square().sum()]) for p in params]).flatten()
-        checksums = [torch.empty_like(checksum) for _ in range(args.world_size)]
-        dist.all_gather(checksums, checksum)
-        if args.rank == 0:
-            if not all(torch.equal(c, checksums[0]) for c in checksums):
-                fail(f"the weights differ across the {args.world_size} ranks after training (a data-parallel bug)")
-            print(f"weights identical on all {args.world_size} ranks")
-    envs.close()  # finishes the last video
-    if args.rank == 0:
-        if args.track and args.capture_video:
-            upload_videos()
-        writer.close()
-    if dist.is_initialized():
-        dist.barrier()  # leave together: a rank that exits while another still tears down gloo can abort it
-        dist.destroy_process_group()
+    run.finish()  # --save-model, the ranks' weight checksums, closing

@@ -191,7 +191,7 @@ def build(name: str, precision: str, bench: Bench) -> dict:
 def env_rate(name: str, steps: int) -> float:
     """Policy steps per second of the script's env alone (default --env-id, random actions, resets included)."""
     m, args = SCRIPTS[name], SCRIPTS[name].Args()
-    m.check_env(args if name == "v2-dmc" else args.env_id)  # as the script does at start-up (registers ale-py's envs)
+    m.check_env(args)  # as the script does at start-up (registers ale-py's envs)
     env = m.make_env(args.env_id, 0, 0, False, "speed")()
     env.action_space.seed(0)
     env.reset(seed=0)

@@ -1192,7 +1192,8 @@ class Run:
             signal.signal(sig, lambda signum, frame: self.stop_signal.append(signum))
         self.start_time, self.train_seconds = time.time(), 0.0  # train_seconds: the loop adds its gradient steps' time
         self.start_step, self.start_gradient_steps = self.counters["global_step"], self.counters["gradient_steps"]
-        return (*self.counters.values(), self.carry)
+        c = self.counters
+        return c["global_step"], c["train_policy_steps"], c["gradient_steps"], c["last_eval"], self.carry
 
     def state(self) -> tuple:
         """(this rank's checkpoint, the shared state); rank 0's checkpoint holds both; the shared state alone is what

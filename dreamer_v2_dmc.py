@@ -1241,7 +1241,10 @@ class Run:
                     id=self.checkpoint.get("wandb_id") if self.checkpoint else None,
                     resume="allow",
                 )
-            self.writer = SummaryWriter(self.run_dir)
+            # a resumed run hides what the log holds after its checkpoint's step (a checkpoint is written after all that
+            # is logged at its step): a killed run's steps after its last checkpoint are done again, not shown twice
+            purge_step = self.checkpoint["global_step"] + 1 if self.checkpoint is not None else None
+            self.writer = SummaryWriter(self.run_dir, purge_step=purge_step)
             self.writer.add_text(
                 "hyperparameters",
                 "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),

@@ -1,5 +1,6 @@
 """A checkpoint written before the run plumbing moved into its own section (issue 19) still resumes and still plays
-with --eval-model: the checkpoint format did not change. The fixtures, and how they were made: tests/fixtures/."""
+with --eval-model: the checkpoint format did not change. The fixtures, and how they were made: tests/fixtures/. The
+resumed run also hides what a killed run logged after its checkpoint."""
 
 import shutil
 from pathlib import Path
@@ -7,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import ROOT, assert_ok, run
+from tests.helpers import ROOT, assert_ok, run, tensorboard
 
 SMALL = (
     "--learning-starts 128 --batch-size 2 --batch-length 8 --deter-size 8 --hidden-size 8 --cnn-depth 2 --mlp-units 8 "
@@ -24,6 +25,20 @@ SCRIPTS = {  # fixture folder: (script, the flags it was written with besides SM
 FIXTURES = ROOT / "tests" / "fixtures" / "old_checkpoints"
 
 
+def log_of_a_killed_run(run_dir: Path):
+    """What a run killed after its step-200 checkpoint leaves in the log: charts/SPS of -1 at steps 100 to 350, in an event
+    file older than any the resumed run writes."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(run_dir / "killed")
+    for step in range(100, 400, 50):
+        writer.add_scalar("charts/SPS", -1.0, step)
+    writer.close()
+    (event_file,) = (run_dir / "killed").glob("events.out.tfevents.*")
+    event_file.rename(run_dir / "events.out.tfevents.1000000000.killed.0")
+    (run_dir / "killed").rmdir()
+
+
 def old_checkpoint(name: str, tmp_path: Path) -> tuple:
     """Copy the fixture to runs/<its run name>/checkpoint.pt under tmp_path: (that path, the checkpoint)."""
     checkpoint = torch.load(FIXTURES / name / "checkpoint.pt", weights_only=False)
@@ -37,8 +52,12 @@ def old_checkpoint(name: str, tmp_path: Path) -> tuple:
 def test_an_old_checkpoint_resumes(name: str, tmp_path: Path):
     script, flags = SCRIPTS[name]
     path, old = old_checkpoint(name, tmp_path)
+    log_of_a_killed_run(path.parent)
     result = run(script, f"{SMALL} {flags} --eval-episodes 0 --total-timesteps 400 --resume {path}", tmp_path)
     assert_ok(result)
+    scalars, _ = tensorboard(path.parent)
+    # the killed run's points up to the checkpoint's step stay, those after it are replaced by the resumed run's
+    assert scalars["charts/SPS"][:3] == [-1.0] * 3 and min(scalars["charts/SPS"][3:]) > 0, scalars["charts/SPS"]
     assert f"resumed {old['run_name']} at policy step 200, 19 gradient steps" in result.stdout
     assert "step 400/400 (100%)" in result.stdout
     new = torch.load(path, weights_only=False)  # over the old one; without a buffer the replay refills, then trains

@@ -9,7 +9,9 @@ The official runs' per-seed curves (danijar's score files: a JSON list, gzipped 
 ys}, x in env frames) are drawn beside ours with --official FILE --official-task TASK, one thin gray line per seed and
 their min-max band; --frames-per-step (the action repeat) puts our runs on the same x axis, in frames. --at X ...
 prints a second table at those frame counts: each of our seeds' evaluation there and its training episodes of the
---window before it, next to the official seeds' min, max and mean (interpolated between their logged points).
+--window before it, next to the official seeds' min, max and mean (interpolated between their logged points). Where
+the official ys are single training episodes (the Atari100k file) rather than evaluations, --official-episodes
+averages each official seed over the same windows as ours, in the figure and the table.
 
     pip install -e ".[plot]"
     python benchmarks/plot_curves.py --group "DreamerV3=runs/*Catch*dreamer_v3*" "DreamerV2=runs/*Catch*dreamer_v2*" \\
@@ -17,6 +19,9 @@ prints a second table at those frame counts: each of our seeds' evaluation there
     python benchmarks/plot_curves.py --group "ours=runs/cartpole-balance__*" --frames-per-step 2 --window 5000 \\
         --official benchmarks/official/dmc-vision-dreamerv2-cartpole_balance.json --official-task dmc_cartpole_balance \\
         --at 30000 60000 90000 --out docs/img/dmc_cartpole_balance.png
+    python benchmarks/plot_curves.py --group "ours=runs/ALE_KungFuMaster-v5__*" --frames-per-step 4 --window 2500 \\
+        --official benchmarks/official/atari100k-dreamerv3-5games.json --official-task atari_kung_fu_master \\
+        --official-episodes --at 40000 100000 --out docs/img/atari100k_kung_fu_master.png
 """
 
 import glob
@@ -53,6 +58,9 @@ class Plot:
     """the task of --official to draw (e.g. dmc_cartpole_balance, atari_boxing)"""
     official_label: str = "official"
     """the legend's name for the official runs"""
+    official_episodes: bool = False
+    """the official ys are single training episodes (the Atari100k file), not evaluations (the DMC file): average each
+    official seed over the same --window as ours, in the figure and in the --at table"""
     at: List[int] = field(default_factory=list)
     """frame counts at which to print ours per seed beside the official min-max"""
 
@@ -95,6 +103,13 @@ def windowed(steps: np.ndarray, returns: np.ndarray, window: int, end: int) -> n
     return np.array([returns[index == i].mean() if (index == i).any() else np.nan for i in range(len(edges) - 1)])
 
 
+def windowed_curve(steps: np.ndarray, returns: np.ndarray, window: int, end: int) -> tuple:
+    """(window ends, mean returns) of `windowed`, without the windows where no episode ended."""
+    means = windowed(steps, returns, window, end)
+    x = np.minimum((np.arange(len(means)) + 1) * window, end)
+    return x[~np.isnan(means)], means[~np.isnan(means)]
+
+
 def main(args: Plot):
     import matplotlib
 
@@ -104,6 +119,7 @@ def main(args: Plot):
     if not args.group:
         raise SystemExit("plot_curves.py: error: pass at least one --group LABEL=GLOB")
     fig, ax = plt.subplots(figsize=(7.0, 5.0), dpi=110)
+    window = args.window * args.frames_per_step  # in frames
     rows = ["| runs | seeds | last training episodes | final evaluation | wall-clock per run |", "|---|---|---|---|---|"]
     groups, official = [], read_official(args.official, args.official_task) if args.official else []
     for i, spec in enumerate(args.group):
@@ -117,7 +133,6 @@ def main(args: Plot):
         groups.append((label, run_dirs, runs))
         color = f"C{i}"
         end = max(int(r["train"][0].max()) for r in runs if len(r["train"][0]))
-        window = args.window * args.frames_per_step
         curves = np.array([windowed(*r["train"], window, end) for r in runs])
         x = np.minimum((np.arange(curves.shape[1]) + 1) * window, end)  # each window at its end
         with np.errstate(all="ignore"):  # windows where no seed ended an episode stay empty
@@ -138,9 +153,12 @@ def main(args: Plot):
         )
     if official:
         end = max(int(r["train"][0].max()) for _, _, runs in groups for r in runs if len(r["train"][0]))
+        drawn = official
+        if args.official_episodes:  # each official seed's episodes averaged in our windows, drawn at the windows' ends
+            drawn = [(seed, *windowed_curve(xs, ys, window, end)) for seed, xs, ys in official]
         grid = np.linspace(0, end, 200)
-        curves = np.array([np.interp(grid, xs, ys, left=np.nan, right=np.nan) for _, xs, ys in official])
-        for k, (_, xs, ys) in enumerate(official):
+        curves = np.array([np.interp(grid, xs, ys, left=np.nan, right=np.nan) for _, xs, ys in drawn])
+        for k, (_, xs, ys) in enumerate(drawn):
             keep = xs <= end * 1.1  # the official curve a little past our last point
             ax.plot(
                 xs[keep],
@@ -159,7 +177,11 @@ def main(args: Plot):
         rows += ["", "| frames | run | evaluation | training episodes before | " + args.official_label + " (min, max; mean) |"]
         rows.append("|---|---|---|---|---|")
         for x in args.at:
-            values = [float(np.interp(x, xs, ys, left=np.nan, right=np.nan)) for _, xs, ys in official]
+            if args.official_episodes:  # the mean of each official seed's episodes in the window before x
+                episodes = [ys[(xs > x - window) & (xs <= x)] for _, xs, ys in official]
+                values = [float(e.mean()) if len(e) else np.nan for e in episodes]
+            else:
+                values = [float(np.interp(x, xs, ys, left=np.nan, right=np.nan)) for _, xs, ys in official]
             ref = (
                 f"{min(values):.0f}, {max(values):.0f}; {np.mean(values):.0f}"
                 if values and not np.isnan(values).any()
@@ -168,7 +190,7 @@ def main(args: Plot):
             for label, run_dirs, runs in groups:
                 for run_dir, r in zip(run_dirs, runs):
                     ev = [v for step, v in zip(*r["eval"]) if step == x]
-                    near = r["train"][1][(r["train"][0] > x - args.window * args.frames_per_step) & (r["train"][0] <= x)]
+                    near = r["train"][1][(r["train"][0] > x - window) & (r["train"][0] <= x)]
                     rows.append(
                         f"| {x:,} | {label} {seed_of(run_dir)} | {f'{ev[-1]:.1f}' if ev else '-'} | "
                         + (f"{near.mean():.1f} ({len(near)} episodes)" if len(near) else "-")

@@ -71,3 +71,21 @@ def test_official_runs_beside_ours_in_frames(tmp_path: Path, capsys):
     assert out.stat().st_size > 10_000
     with pytest.raises(SystemExit, match="no runs of --official-task 'nope'"):
         plot_curves.main(plot_curves.Plot(official=str(official), official_task="nope", **args))
+
+
+def test_official_training_episodes_are_averaged_in_our_windows(tmp_path: Path, capsys):
+    """--official-episodes: the official ys are single training episodes (Atari100k), so the table at X gives the
+    mean of each official seed's episodes in the --window before X (here 400 frames), not an interpolation."""
+    write_run(tmp_path / "runs" / "env__a__1__100", [(s, 5.0) for s in range(50, 450, 50)], [])
+    official = tmp_path / "scores.json"
+    official.write_text(
+        '[{"task": "t", "method": "m", "seed": "0", "xs": [100, 500, 700, 790, 1000], "ys": [7, 10, 20, 60, 1000]},'
+        ' {"task": "t", "method": "m", "seed": "1", "xs": [300, 650, 900], "ys": [1, 3, 3]}]'
+    )
+    args = dict(group=[f"A={tmp_path}/runs/env__a__*"], out=str(tmp_path / "c.png"), window=200, frames_per_step=2)
+    plot_curves.main(plot_curves.Plot(official=str(official), official_task="t", official_episodes=True, at=[800], **args))
+    # seed 0: episodes in (400, 800] are 10, 20, 60 -> 30; seed 1: 3 -> min 3, max 30, mean 16.5 (printed rounded)
+    assert "| 800 | A seed 1 | - | 5.0 (4 episodes) | 3, 30; 16 |" in capsys.readouterr().out
+    plot_curves.main(plot_curves.Plot(official=str(official), official_task="t", at=[800], **args))
+    # without it, interpolated between the logged points: seed 0 60 + 10 / 210 * 940 = 105, seed 1 3
+    assert "| 800 | A seed 1 | - | 5.0 (4 episodes) | 3, 105; 54 |" in capsys.readouterr().out

@@ -163,9 +163,9 @@ class Args:
 
     # to be filled in runtime
     world_size: int = 1
-    """number of processes (torchrun)"""
+    """the number of processes (filled in at runtime from torchrun's WORLD_SIZE; not a flag to set)"""
     rank: int = 0
-    """rank of this process"""
+    """this process's rank (filled in at runtime from torchrun's RANK; not a flag to set)"""
 
 
 MODEL_SIZES = {  # DreamerV3 paper, Table B.1 / 2023 configs.yaml

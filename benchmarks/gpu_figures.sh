@@ -10,9 +10,11 @@
 # 3. OUT_DIR/learning.txt: the Catch learning tests of DreamerV3 and DreamerV2 (their flags and marks, seed 1), trained
 #    on the GPU. Parts 1-3 are estimated at under 10 minutes on an H200.
 # 4. OUT_DIR/dmc.txt and OUT_DIR/dmc_events: dreamer_v2_dmc.py at the paper's size and settings on cartpole-balance,
-#    seed 1, for DMC_STEPS policy steps (default 15,000 = 30k frames, the first point of the official curves,
-#    281-330 there; docs/results.md), stopped after DMC_SECONDS (default 540) so that it fits the device's 10-minute
-#    command limit; its console output and its TensorBoard event file. It needs dm_control and mujoco (below).
+#    seed 1, for DMC_STEPS policy steps (default 50,000 = 100k frames, the reduced CPU runs' length; docs/results.md)
+#    or until DMC_SECONDS (default 540) have passed, so that it fits the device's 10-minute command limit (the run
+#    stops cleanly on timeout's SIGTERM, at whatever frame count it reached: its evaluations every 10k frames up to
+#    there are the figures, beside the official 281-330 at 30k, 484-683 at 60k, 797-937 at 100k); its console output
+#    and its TensorBoard event file. It needs dm_control and mujoco (below).
 # PARTS (default "speed learning") picks the parts: any of speed (1, 2), learning (3) and dmc (4).
 # Every part writes its output as it goes, so a run stopped early keeps what it finished. Python packages the scripts
 # need that a bare GPU machine may lack (tyro, gymnasium, ale-py and their own needs) are installed from the wheels in
@@ -58,7 +60,7 @@ if [[ $parts == *" dmc "* ]]; then
     # reduced CPU runs of docs/results.md; runs/ goes to a scratch folder, its event file to OUT_DIR
     repo=$PWD dmc_dir=$(mktemp -d)
     (cd "$dmc_dir" && MUJOCO_GL=${MUJOCO_GL:-egl} timeout "${DMC_SECONDS:-540}" python3 "$repo/dreamer_v2_dmc.py" \
-        --env-id cartpole-balance --seed 1 --total-timesteps "${DMC_STEPS:-15000}" --eval-every 5000 --eval-episodes 1 \
+        --env-id cartpole-balance --seed 1 --total-timesteps "${DMC_STEPS:-50000}" --eval-every 5000 --eval-episodes 1 \
         --checkpoint-every 5000 --log-every 500 $([ "$device" = cpu ] && echo --no-cuda) ${DMC_FLAGS:-}) 2>&1 \
         | grep -v "^WARNING\|Warning" | tee "$out/dmc.txt"
     cp "$dmc_dir"/runs/*/events.out.tfevents.* "$out/dmc_events" 2>/dev/null || echo "no event file" | tee -a "$out/dmc.txt"

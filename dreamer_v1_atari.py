@@ -57,13 +57,14 @@ class Args:
     num_envs: int = 1
     """the number of parallel game environments per process"""
     buffer_size: int = 1_000_000
-    """the replay memory size in policy steps, per process (capped at what the run can collect)"""
+    """the replay memory size in policy steps, per process (capped at --total-timesteps)"""
     learning_starts: int = 1_250
     """policy steps collected with random actions before training starts (the paper's code: prefill 5,000 frames)"""
     replay_ratio: float = 0.4
     """gradient steps per policy step, globally (the paper's code: 100 every 1,000 frames = 250 policy steps)"""
     pretrain: int = 100
-    """gradient steps done at once when training starts (the paper's code: `pretrain 100`), before the schedule runs"""
+    """gradient steps done at once by each process when training starts (the paper's code: `pretrain 100`), before the
+    schedule runs"""
     batch_size: int = 50
     """the number of sequences in a batch (per process)"""
     batch_length: int = 50
@@ -315,7 +316,8 @@ def check_args(args: Args):
     if args.batch_length > capacity:
         fail(
             f"--batch-length {args.batch_length} is longer than the replay holds per env ({capacity} steps = "
-            "min(--buffer-size, --total-timesteps) / --num-envs): lower --batch-length or raise --buffer-size"
+            "min(--buffer-size, --total-timesteps) / --num-envs): lower --batch-length or --num-envs, or raise the smaller of "
+            "--buffer-size and --total-timesteps"
         )
     if args.learning_starts < args.batch_length * args.num_envs * args.world_size:
         fail(
@@ -378,8 +380,8 @@ def lambda_returns(reward, value, discount, lmbda: float) -> torch.Tensor:
 
         V_t = r_t + d_t ((1 - lambda) v_{t+1} + lambda V_{t+1}),   V_H = v_H
 
-    reward r_t and discount d_t (gamma included) belong to state t: [H, N] for steps 0..H-1; value: [H+1, N] for steps
-    0..H. Returns V_0..V_{H-1}: [H, N]."""
+    reward r_t and discount d_t (gamma included) belong to state t, value v_t too, one step more: [K, N] and [K+1, N].
+    Returns V for the K steps of `reward`: [K, N]. (actor_critic_loss passes steps 1..H-1 and values 1..H.)"""
     interm = reward + discount * (1 - lmbda) * value[1:]
     returns = [value[-1]]
     for t in reversed(range(reward.shape[0])):
@@ -396,10 +398,10 @@ def exploration_epsilon(gradient_steps: int, amount: float, decay: int, minimum:
 class SequenceReplay:
     """TBPTT sequence replay: per-env ring buffers, sampled as [T, B] chunks (time-major).
 
-    Storage is [capacity, num_envs, ...] and grows one row per vector-env step; frames stay uint8. Each of the B batch
+    Storage is [capacity // num_envs, num_envs, ...], one row per vector-env step; frames are uint8. Each of the B batch
     rows remembers where it stands (an env and a monotonic step index g). A row continues with the chunk right after its
     previous one, [g, g + T), so the world model starts it from the row's (detached) last posterior: truncated BPTT.
-    A row restarts from a uniformly random valid position [oldest, newest - T] with a fresh state (is_first forced on
+    A row restarts from a uniformly random valid position [oldest, newest - T + 1] with a fresh state (is_first forced on
     its first step) when its next chunk is not fully written yet, when its data was overwritten, with probability
     `jump_prob`, or always with tbptt=False. So every stored step is replayed: starts are uniform over the buffer,
     and rows then sweep forward through consecutive steps, across episode boundaries (is_first resets the state).
@@ -799,7 +801,7 @@ def train_step(wm, actor, critic, model_opt, actor_opt, critic_opt, batch: dict,
     finiteness the loop checks (device tensors all: nothing here waits for the device)."""
     with autocast:
         wm_loss, losses, post, next_carry, wm_metrics = world_model_loss(wm, batch, carry, loss_scales, args)
-        # every posterior state starts an imagined trajectory, except those of terminal steps
+        # every posterior state starts an imagined trajectory; those of terminal steps weigh nothing in the losses
         start = {k: v.detach().flatten(0, 1) for k, v in post.items()}  # [T * B, ...]
         start_weight = 1.0 - batch["is_terminal"].float().flatten(0, 1)  # [T * B]
         feats, actor_entropy = imagine(wm, actor, start, args.imagination_horizon)

@@ -58,7 +58,7 @@ class Args:
     num_envs: int = 1
     """the number of parallel game environments per process"""
     buffer_size: int = 2_000_000
-    """the replay memory size in policy steps, per process (capped at what the run can collect)"""
+    """the replay memory size in policy steps, per process (capped at --total-timesteps)"""
     learning_starts: int = 50_000
     """policy steps collected with random actions before training starts (the paper's prefill of 200k frames)"""
     replay_ratio: float = 1 / 16
@@ -296,7 +296,8 @@ def check_args(args: Args):
     if args.batch_length > capacity:
         fail(
             f"--batch-length {args.batch_length} is longer than the replay holds per env ({capacity} steps = "
-            "min(--buffer-size, --total-timesteps) / --num-envs): lower --batch-length or raise --buffer-size"
+            "min(--buffer-size, --total-timesteps) / --num-envs): lower --batch-length or --num-envs, or raise the smaller of "
+            "--buffer-size and --total-timesteps"
         )
     if args.learning_starts < args.batch_length * args.num_envs * args.world_size:
         fail(
@@ -384,10 +385,10 @@ def update_target_critic(critic: nn.Module, target_critic: nn.Module, updates: i
 class SequenceReplay:
     """TBPTT sequence replay: per-env ring buffers, sampled as [T, B] chunks (time-major).
 
-    Storage is [capacity, num_envs, ...] and grows one row per vector-env step; frames stay uint8. Each of the B batch
+    Storage is [capacity // num_envs, num_envs, ...], one row per vector-env step; frames are uint8. Each of the B batch
     rows remembers where it stands (an env and a monotonic step index g). A row continues with the chunk right after its
     previous one, [g, g + T), so the world model starts it from the row's (detached) last posterior: truncated BPTT.
-    A row restarts from a uniformly random valid position [oldest, newest - T] with a fresh state (is_first forced on
+    A row restarts from a uniformly random valid position [oldest, newest - T + 1] with a fresh state (is_first forced on
     its first step) when its next chunk is not fully written yet, when its data was overwritten, with probability
     `jump_prob`, or always with tbptt=False. So every stored step is replayed: starts are uniform over the buffer,
     and rows then sweep forward through consecutive steps, across episode boundaries (is_first resets the state).
@@ -741,7 +742,7 @@ def actor_critic_loss(wm, critic, target_critic, feats, actions, log_probs, firs
         action     a_0    a_1    a_2         a_H-1            a_t ~ pi(. | s_t) leads to s_{t+1}
         reward     r_0    r_1    r_2         r_H-1            r_t = reward(s_t), the reward that came with s_t
         discount   d_0    d_1    d_2         d_H-1            d_t = discount(s_t) ~ gamma (1 - terminal); d_0 replayed
-        weight     1      d_0    d_0 d_1     ...              chance that s_t is still inside the episode
+        weight     1      d_0    d_0 d_1     ...              gamma^t x the chance that s_t is still inside the episode
         return     R_0    R_1    R_2         R_H-1    v'_H    lambda-returns with the target critic v'
 
         critic: -log N(R_t; v(s_t), 1) weight_t,  t = 0..H-1

@@ -62,11 +62,12 @@ class Args:
     num_envs: int = 1
     """the number of parallel environments per process (more than 1: each in a subprocess of its own)"""
     buffer_size: int = 2_000_000
-    """the replay memory size in policy steps, per process (capped at what the run can collect)"""
+    """the replay memory size in policy steps, per process (capped at --total-timesteps)"""
     learning_starts: int = 1_000
     """policy steps collected with random actions before training starts (the paper's `prefill: 1000`, 2,000 frames)"""
     pretrain: int = 100
-    """gradient steps done at once when training starts (the paper's code: `pretrain 100`), before the schedule runs"""
+    """gradient steps done at once by each process when training starts (the paper's code: `pretrain 100`), before the
+    schedule runs"""
     replay_ratio: float = 0.2
     """gradient steps per policy step, globally (one every 5 policy steps; Hafner's train ratio 160 = 0.2 x 16 x 50)"""
     batch_size: int = 16
@@ -274,7 +275,9 @@ def make_env(env_id, seed, idx, capture_video, run_name, action_repeat=2, camera
         if multiprocessing.parent_process() is not None:  # a subprocess env: Ctrl-C is for the training process alone
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         render = {"render_mode": "rgb_array"} if capture_video and idx == 0 else {}
-        if dmc_task(env_id):  # episodes end after the task's 1000 control steps (500 policy steps at action repeat 2)
+        if dmc_task(
+            env_id
+        ):  # episodes end after the task's 1000 control steps (500 policy steps at action repeat 2; lqr on convergence)
             env = DMC(*dmc_task(env_id), action_repeat=action_repeat, camera=camera, **render)
         else:  # any env with image observations and Box actions, e.g. the small pixel task of the tests
             env = gym.make(env_id, **render)
@@ -426,7 +429,8 @@ def check_args(args: Args):
     if args.batch_length > capacity:
         fail(
             f"--batch-length {args.batch_length} is longer than the replay holds per env ({capacity} steps = "
-            "min(--buffer-size, --total-timesteps) / --num-envs): lower --batch-length or raise --buffer-size"
+            "min(--buffer-size, --total-timesteps) / --num-envs): lower --batch-length or --num-envs, or raise the smaller of "
+            "--buffer-size and --total-timesteps"
         )
     if args.learning_starts < args.batch_length * args.num_envs * args.world_size:
         fail(
@@ -555,10 +559,10 @@ def update_target_critic(critic: nn.Module, target_critic: nn.Module, updates: i
 class SequenceReplay:
     """TBPTT sequence replay: per-env ring buffers, sampled as [T, B] chunks (time-major).
 
-    Storage is [capacity, num_envs, ...] and grows one row per vector-env step; frames stay uint8. Each of the B batch
+    Storage is [capacity // num_envs, num_envs, ...], one row per vector-env step; frames are uint8. Each of the B batch
     rows remembers where it stands (an env and a monotonic step index g). A row continues with the chunk right after its
     previous one, [g, g + T), so the world model starts it from the row's (detached) last posterior: truncated BPTT.
-    A row restarts from a uniformly random valid position [oldest, newest - T] with a fresh state (is_first forced on
+    A row restarts from a uniformly random valid position [oldest, newest - T + 1] with a fresh state (is_first forced on
     its first step) when its next chunk is not fully written yet, when its data was overwritten, with probability
     `jump_prob`, or always with tbptt=False. So every stored step is replayed: starts are uniform over the buffer,
     and rows then sweep forward through consecutive steps, across episode boundaries (is_first resets the state).
@@ -719,7 +723,7 @@ class RSSM(nn.Module):
         obs        o_0    o_1    o_2    o_3         o_t: the frame seen at step t
         reward     r_0    r_1    r_2    r_3         r_t: reward that came with o_t
         is_first   1      0      0      0           o_t began an episode: reset to the initial state
-        is_term    0      0      0      0           o_t ended the episode by termination (never on DMC)
+        is_term    0      0      0      0           o_t ended the episode by termination (only the lqr tasks do)
         action     a_0    a_1    a_2    a_3         a_t: chosen after seeing o_t
         obs_step   (h_{-1}, z_{-1}, a_{-1}) + o_0 -> post_0;  (post_0, a_0) + o_1 -> post_1;  ...
 

@@ -57,7 +57,7 @@ class Args:
     num_envs: int = 1
     """the number of parallel game environments per process"""
     buffer_size: int = 1_000_000
-    """the replay memory size in policy steps, per process (capped at what the run can collect)"""
+    """the replay memory size in policy steps, per process (capped at --total-timesteps)"""
     learning_starts: int = 1024
     """policy steps collected with random actions before training starts (one batch of 16 x 64)"""
     replay_ratio: float = 1.0
@@ -159,7 +159,7 @@ class Args:
     return_norm_decay: float = 0.99
     """EMA decay of the 5th and 95th return percentiles"""
     return_norm_limit: float = 1.0
-    """returns are divided by max(limit, P95 - P5): small returns are not scaled up"""
+    """advantages are divided by max(limit, P95 - P5) of the returns (moving averages): small returns are not scaled up"""
 
     # to be filled in runtime
     world_size: int = 1
@@ -304,7 +304,8 @@ def check_args(args: Args):
     if args.batch_length > capacity:
         fail(
             f"--batch-length {args.batch_length} is longer than the replay holds per env ({capacity} steps = "
-            "min(--buffer-size, --total-timesteps) / --num-envs): lower --batch-length or raise --buffer-size"
+            "min(--buffer-size, --total-timesteps) / --num-envs): lower --batch-length or --num-envs, or raise the smaller of "
+            "--buffer-size and --total-timesteps"
         )
     if args.learning_starts < args.batch_length * args.num_envs * args.world_size:
         fail(
@@ -420,10 +421,10 @@ class ReturnNorm(nn.Module):
 class SequenceReplay:
     """TBPTT sequence replay: per-env ring buffers, sampled as [T, B] chunks (time-major).
 
-    Storage is [capacity, num_envs, ...] and grows one row per vector-env step; frames stay uint8. Each of the B batch
+    Storage is [capacity // num_envs, num_envs, ...], one row per vector-env step; frames are uint8. Each of the B batch
     rows remembers where it stands (an env and a monotonic step index g). A row continues with the chunk right after its
     previous one, [g, g + T), so the world model starts it from the row's (detached) last posterior: truncated BPTT.
-    A row restarts from a uniformly random valid position [oldest, newest - T] with a fresh state (is_first forced on
+    A row restarts from a uniformly random valid position [oldest, newest - T + 1] with a fresh state (is_first forced on
     its first step) when its next chunk is not fully written yet, when its data was overwritten, with probability
     `jump_prob`, or always with tbptt=False. So every stored step is replayed: starts are uniform over the buffer,
     and rows then sweep forward through consecutive steps, across episode boundaries (is_first resets the state).
@@ -710,7 +711,7 @@ class Actor(nn.Module):
 
 
 class Critic(nn.Module):
-    """v(s_t): a symlog twohot distribution over 255 bins, output layer zero-initialised."""
+    """v(s_t): a symlog twohot distribution over --reward-bins bins (255), output layer zero-initialised."""
 
     def __init__(self, feat_size: int, bins: int, units: int, layers: int):
         super().__init__()

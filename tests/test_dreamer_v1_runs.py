@@ -51,8 +51,9 @@ TAGS = ["charts/SPS", "charts/replay_ratio", "charts/gradient_steps", "charts/ep
 
 @pytest.fixture(scope="module")
 def user_run(tmp_path_factory) -> tuple:
-    """`python dreamer_v1_atari.py --replay-ratio 0.1` with the defaults it does not scale down: bf16, ALE/Pong-v5, no
-    --no-cuda (the CPU fallback warning), plus a dream video every 10 gradient steps."""
+    """`python dreamer_v1_atari.py --replay-ratio 0.1` with the defaults it does not scale down: --precision auto,
+    ALE/Pong-v5, no --no-cuda (the default --cuda falls back to the CPU without a warning), plus a dream video
+    every 10 gradient steps."""
     cwd = tmp_path_factory.mktemp("user")
     return cwd, run(f"--replay-ratio 0.1 --total-timesteps 600 {TINY} --video-every 10", cwd)
 

@@ -258,13 +258,16 @@ def test_encoder_decoder_shapes_and_relu():
     assert enc(torch.zeros(7, 2, 3, 64, 64, dtype=torch.uint8)).shape == (7, 2, 1024)
     dec = v1.Decoder(230, 3, cnn_depth=32)
     assert dec(torch.zeros(7, 2, 230)).shape == (7, 2, 3, 64, 64)
-    # the first transposed conv, computed as a matrix product, is the same maths as running the layers on a 1x1 image
-    feat = torch.randn(5, 230, requires_grad=True)
+    # the first transposed conv, computed as a matrix product, is the same maths as running the layers on a 1x1 image;
+    # in float64, so that no ReLU input sits close enough to 0 for the two summation orders to switch it (in float32 an
+    # input near 0 now and then lands on either side, and the gradients then differ by far more than rounding)
+    dec = dec.double()
+    feat = torch.randn(5, 230, dtype=torch.float64, requires_grad=True)
     plain = dec.net(dec.linear(feat).reshape(5, -1, 1, 1)) + 0.5
-    torch.testing.assert_close(dec(feat), plain, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(dec(feat), plain, atol=1e-10, rtol=1e-10)
     grads = [torch.autograd.grad(y.square().sum(), [feat, dec.net[0].weight]) for y in (dec(feat), plain)]
     for ours, expected in zip(*grads):
-        torch.testing.assert_close(ours, expected, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(ours, expected, atol=1e-10, rtol=1e-10)
 
 
 def test_rssm_resets_to_zeros_on_is_first():

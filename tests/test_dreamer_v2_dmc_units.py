@@ -163,9 +163,16 @@ def test_dynamics_backprop_reaches_the_actor_and_not_the_world_model():
     # the critic's loss does not reach the actor or the world model (its input and its targets are detached)
     grads = torch.autograd.grad(critic_loss, list(actor.parameters()) + list(wm.parameters()), allow_unused=True)
     assert all(g is None for g in grads)
-    # with the actions cut from the dynamics, the same loss gives the actor nothing: the gradient came through them
+    # with the sampled actions detached inside the imagination (the only path from the actor's weights into the
+    # imagined states), the same loss gives the actor nothing: the gradient above came through the dynamics
+    original = dmc.TruncNormal.sample
+    dmc.TruncNormal.sample = lambda self: original(self).detach()
+    try:
+        feats_cut, actions_cut, policy_cut = dmc.imagine(wm, actor, start, args.imagination_horizon)
+    finally:
+        dmc.TruncNormal.sample = original
     actor_loss_cut, _, _ = dmc.actor_critic_loss(
-        wm, critic, target, feats.detach(), actions.detach(), [p.detach() for p in policy], torch.full((6,), 0.99), args
+        wm, critic, target, feats_cut, actions_cut, policy_cut, torch.full((6,), 0.99), args
     )
     cut = torch.autograd.grad(actor_loss_cut, list(actor.parameters()), allow_unused=True)
     assert all(g is None or g.abs().sum() == 0 for g in cut)

@@ -56,6 +56,20 @@ def test_kl_balancing_splits_the_gradient(alpha: float):
     torch.testing.assert_close(kl_post, plain.detach())
 
 
+def test_free_nats_clip_the_batch_average_not_each_element():
+    """One element far above 1 nat and three below: the mean is above 1 nat, so every element's prior gets a gradient
+    (the paper's code clips the batch mean; a per-element clip would pass none to the three below)."""
+    post = torch.zeros(4, 3, 5)
+    prior = 0.01 * torch.randn(4, 3, 5)
+    prior[0, :, 0] = 5.0  # element 0's prior puts 97% on one class, the posterior is uniform
+    prior.requires_grad_()
+    per_element = v2.categorical_kl(post, prior)
+    assert per_element[0] > 4 and (per_element[1:] < 1).all() and per_element.mean() > 1
+    loss, _, _ = v2.balanced_kl(post, prior, 0.8, free=1.0)
+    grad = torch.autograd.grad(loss, prior)[0]
+    assert (grad[1:].abs().sum((-2, -1)) > 0).all()
+
+
 def test_free_nats_clip_the_batch_average():
     post = torch.zeros(4, 3, 5, requires_grad=True)
     prior = (0.01 * torch.randn(4, 3, 5)).requires_grad_()
@@ -160,8 +174,9 @@ def test_lambda_returns_hand_example():
 
 
 def test_actor_critic_loss_uses_the_target_critic_and_replayed_first_discount():
-    """With a constant target critic v' = c, zero rewards and d = 0 everywhere, every return is 0; the critic regresses
-    towards 0, and its loss therefore depends on the critic but not on the target critic's value beyond the returns."""
+    """The returns come from the target critic (shifting it shifts them; the online critic's value does not move), and
+    the replayed discount d_0 of a start state weighs its trajectory: a terminal start (d_0 = 0) ends it, so its later
+    imagined states change nothing in the critic's loss, while with d_0 = gamma they do."""
     args = v2.Args(**TINY, imagination_horizon=4)
     wm = tiny_world_model(args)
     feat_size = args.deter_size + args.stoch_size * args.classes
@@ -180,6 +195,16 @@ def test_actor_critic_loss_uses_the_target_critic_and_replayed_first_discount():
     _, _, shifted = v2.actor_critic_loss(wm, critic, target, feats, actions, log_probs, torch.full((2,), args.gamma), args)
     assert shifted["imagined_return"] - metrics["imagined_return"] > 10  # the returns come from the target critic
     assert shifted["value"] == metrics["value"]  # the online critic is untouched
+    other = feats.detach().clone()
+    other[1:, 1] += torch.randn_like(other[1:, 1])  # start 1's imagined states after its start
+
+    def critic_loss_of(f, first_discount):
+        return v2.actor_critic_loss(wm, critic, target, f, actions, log_probs, first_discount, args)[1]
+
+    terminal_start = torch.tensor([args.gamma, 0.0])
+    torch.testing.assert_close(critic_loss_of(feats, terminal_start), critic_loss_of(other, terminal_start))
+    full = torch.full((2,), args.gamma)
+    assert (critic_loss_of(feats, full) - critic_loss_of(other, full)).abs() > 1e-4
 
 
 def test_encoder_decoder_shapes():

@@ -216,6 +216,27 @@ def test_rep_loss_trains_only_the_posterior(T: int):
 
 
 @pytest.mark.parametrize("term", ["dyn", "rep"])
+def test_free_bits_clip_each_step(term: str):
+    """The clip is per time step (the 2023 code's), not of the batch mean: with kl_free between the steps' KLs, the steps
+    above keep their KL and those below are set to kl_free."""
+    args = tiny_args()
+    wm = tiny_world_model(args)
+    batch, carry = tiny_batch(T=3, B=2), carry_for(wm, 2)
+    torch.manual_seed(0)
+    _, unclipped, post, *_ = v3.world_model_loss(wm, batch, carry, only(**{term: 1.0}), kl_free=0.0)
+    with torch.no_grad():  # each step's KL: the prior at step t reads only h_t
+        kl = v3.categorical_kl(post["logits"], wm.rssm.prior_logits(post["deter"]))  # [T, B]
+    torch.testing.assert_close(unclipped[term], kl.mean())
+    values = kl.flatten().sort().values
+    kl_free = ((values[2] + values[3]) / 2).item()
+    assert values[2] < kl_free < values[3]
+    torch.manual_seed(0)
+    _, clipped, *_ = v3.world_model_loss(wm, batch, carry, only(**{term: 1.0}), kl_free=kl_free)
+    torch.testing.assert_close(clipped[term], kl.clamp(min=kl_free).mean())
+    assert abs(kl.clamp(min=kl_free).mean() - max(kl.mean(), kl_free)) > 1e-3  # a clip of the mean would differ
+
+
+@pytest.mark.parametrize("term", ["dyn", "rep"])
 def test_free_bits(term: str):
     """Below kl_free nats the KL term is exactly kl_free and does not train anything."""
     args = tiny_args()
@@ -379,7 +400,8 @@ def test_replay_rows_continue():
         fill(rb, T)
 
 
-def test_replay_rows_restart_at_the_newest_data():
+def test_replay_rows_restart_when_their_next_chunk_is_not_written_yet():
+    """A row whose next chunk is not fully written restarts (is_first) at a chunk of written steps."""
     T = 4
     rb = make_replay(T=T)
     fill(rb, T)  # only one possible chunk: [0, T)
@@ -556,15 +578,22 @@ def test_actor_critic_losses_touch_only_their_own_networks():
     assert all(p.grad is None for p in slow_critic.parameters())
 
 
-def test_actor_loss_is_reinforce_with_normalised_advantage():
-    """With the entropy term off, the actor's gradient is that of -mean(weight * log pi(a) * sg((R - v) / S))."""
+def test_actor_and_critic_losses_against_their_formulas():
+    """With the entropy term off, the actor's gradient is that of -mean(weight * log pi(a) * sg((R - v) / S)), and the
+    critic's loss is mean(weight * (twohot(v; R) + slow_reg twohot(v; v_slow))): the returns and the baseline come from
+    the online critic, the slow critic only regularises, and a terminal start state (c_0 = 0) weighs nothing."""
     args = tiny_args(actor_entropy=0.0)
     wm, actor, critic, feats, actions, log_probs = imagined(args)
     slow_critic = copy.deepcopy(critic)
+    with torch.no_grad():  # online, slow and reward heads all differ, so mixing them up changes the numbers
+        critic.net.out.weight.normal_(0.0, 0.1)
+        slow_critic.net.out.weight.normal_(0.0, 0.1)
+        wm.reward.out.weight.normal_(0.0, 0.1)
     first_cont = torch.ones(feats.shape[1])
+    first_cont[0] = 0.0
     norm = v3.ReturnNorm(args.return_norm_decay, args.return_norm_limit)
-    actor_loss, _, metrics = v3.actor_critic_loss(wm, critic, slow_critic, copy.deepcopy(norm), feats, actions, log_probs,
-                                                  first_cont, args)  # fmt: skip
+    actor_loss, critic_loss, metrics = v3.actor_critic_loss(wm, critic, slow_critic, copy.deepcopy(norm), feats, actions,
+                                                            log_probs, first_cont, args)  # fmt: skip
     with torch.no_grad():
         reward = v3.twohot_mean(wm.reward(feats[1:]), wm.bins)
         cont = torch.cat([first_cont[None], (wm.cont(feats[1:]).squeeze(-1) > 0).float()], 0)
@@ -576,6 +605,11 @@ def test_actor_loss_is_reinforce_with_normalised_advantage():
     expected = (-(log_pi * advantage) * weight[:-1]).mean()
     torch.testing.assert_close(actor_loss, expected)
     torch.testing.assert_close(metrics["imagined_return"], returns.mean())
+    assert (weight[:, 0] == 0).all() and (weight[0, 1:] == 1).all()
+    logits = critic(feats[:-1])
+    slow_value = v3.twohot_mean(slow_critic(feats[:-1]), wm.bins).detach()
+    per_step = v3.twohot_loss(logits, returns, wm.bins) + args.slow_critic_reg * v3.twohot_loss(logits, slow_value, wm.bins)
+    torch.testing.assert_close(critic_loss, (per_step * weight[:-1]).mean())
 
 
 @pytest.mark.parametrize("script", ["dreamer_v2_atari", "dreamer_v3_atari", "dreamer_v2_dmc"])

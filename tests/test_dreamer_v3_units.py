@@ -627,3 +627,19 @@ def test_onehot_samples_follow_the_probabilities(script):
     (grad,) = torch.autograd.grad((sample * weights).sum(), logits)
     (expected,) = torch.autograd.grad((torch.softmax(logits, -1) * weights).sum(), logits)
     torch.testing.assert_close(grad, expected)
+
+
+def test_model_size_presets_and_single_size_flags_override_them():
+    """--model-size fills in the sizes of the paper's table (2023 configs.yaml: deter, hidden, CNN depth, MLP units and
+    layers), and a size flag given on the command line wins over its preset."""
+    table = {"XS": (256, 256, 24, 256, 1), "S": (512, 512, 32, 512, 2), "M": (1024, 640, 48, 640, 3),
+             "L": (2048, 768, 64, 768, 4), "XL": (4096, 1024, 96, 1024, 5)}  # fmt: skip
+    keys = ("deter_size", "hidden_size", "cnn_depth", "mlp_units", "mlp_layers")
+    for size, values in table.items():
+        args = v3.Args(model_size=size)
+        v3.check_args(args)
+        assert tuple(getattr(args, k) for k in keys) == values, size
+    assert v3.Args().model_size == "S"  # the Atari100k size
+    args = v3.Args(model_size="XS", deter_size=512, cnn_depth=16)
+    v3.check_args(args)
+    assert tuple(getattr(args, k) for k in keys) == (512, 256, 16, 256, 1)

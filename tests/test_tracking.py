@@ -1,9 +1,10 @@
-"""`--track --capture-video`, the most common CleanRL pair, for every script: Weights and Biases in offline mode
-(WANDB_MODE=offline: nothing leaves the machine), agent videos of Catch, a run shorter than --log-every, and
---eval-episodes 0. Each run must exit 0 with no traceback, hand its videos to wandb (they land in the offline run's
-media folder), write its scalars at its last step although that step is not a multiple of --log-every, and evaluate
-nothing. The three scripts run at once, one core each, each in its own temporary directory. Each run saves its model
-(--save-model), which the --eval-model test then watches play."""
+"""`--track --capture-video`, the most common CleanRL pair, for the three Atari scripts (dreamer_v2_dmc.py shares their
+`Run.upload_videos` and `finish_eval_model`: the plumbing section is the same text, tests/test_plumbing.py): Weights
+and Biases in offline mode (WANDB_MODE=offline: nothing leaves the machine), agent videos of Catch, a run shorter than
+--log-every, and --eval-episodes 0. Each run must exit 0 with no traceback, hand its videos to wandb (they land in the
+offline run's media folder), write its scalars at its last step although that step is not a multiple of --log-every,
+and evaluate nothing. The three scripts run at once, one core each, each in its own temporary directory. Each run saves
+its model (--save-model), which the --eval-model test then watches play."""
 
 import glob
 import os

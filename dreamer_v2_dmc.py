@@ -185,8 +185,9 @@ def fail(message: str):
 
 
 def dmc_task(env_id: str) -> Optional[tuple]:
-    """(domain, task) of a DeepMind Control id, `walker-walk` or `dm_control/walker-walk-v0`; None for other ids. `cup`
-    stands for ball_in_cup, as the papers write it (cup-catch)."""
+    """(domain, task) of a DeepMind Control id, `walker-walk` or `dm_control/walker-walk-v0`; None for a registered
+    gymnasium id or one of another form. Any other `a-b` is read as domain a, task b (check_env then names a domain or
+    task that dm_control lacks). `cup` stands for ball_in_cup, as the papers write it (cup-catch)."""
     match = re.fullmatch(r"dm_control/(\w+)-(\w+)-v0", env_id)
     if match is None and env_id not in gym.registry:
         match = re.fullmatch(r"(\w+)-(\w+)", env_id)

@@ -146,9 +146,17 @@ def test_two_envs_bf16_video_and_saved_model(pong_runs):
 # ---------------------------------------------------------------- torchrun
 
 
-def test_torchrun_two_processes(tmp_path: Path):
-    launcher = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2")
-    result = run(f"{TINY} --total-timesteps 400 --replay-ratio {RATIO} --no-cuda", tmp_path, launcher)
+TORCHRUN = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2")
+
+
+@pytest.fixture(scope="module")
+def torchrun_run(tmp_path_factory) -> tuple:
+    cwd = tmp_path_factory.mktemp("torchrun")
+    return cwd, run(f"{TINY} --total-timesteps 400 --replay-ratio {RATIO} --no-cuda", cwd, TORCHRUN)
+
+
+def test_torchrun_two_processes(torchrun_run):
+    tmp_path, result = torchrun_run
     assert_ok(result)
     assert "world size 2 | batch 4 x 16 per rank, 8 x 16 global" in result.stdout
     assert "weights identical on all 2 ranks" in result.stdout
@@ -161,6 +169,29 @@ def test_torchrun_two_processes(tmp_path: Path):
     checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=False)
     assert checkpoint["global_step"] == 400 and checkpoint["world_size"] == 2
     assert checkpoint["replay"]["added"] == 200  # each rank's one env collected half of the policy steps
+
+
+def test_torchrun_resume(torchrun_run, tmp_path: Path):
+    """A 2-process run resumes under torchrun from rank 0's path (each rank reads its own file beside it) and ends with
+    identical weights; resuming it with one process, or with a rank file from another step, is refused with one line."""
+    shutil.copytree(torchrun_run[0] / "runs", tmp_path / "runs")
+    run_dir = only_run_dir(tmp_path)
+    shutil.copy(run_dir / "checkpoint.rank1.pt", tmp_path / "rank1_at_400.pt")
+    flags = f"{TINY} --total-timesteps 600 --replay-ratio {RATIO} --no-cuda --resume {run_dir / 'checkpoint.pt'}"
+    one = run(flags, tmp_path)
+    assert one.returncode != 0 and "Traceback" not in one.stderr
+    assert error_lines(one) == [f"dreamer_v3_atari.py: error: --resume {run_dir / 'checkpoint.pt'}: the run used 2 processes; "
+                                "resume with the same number"]  # fmt: skip
+    resumed = run(flags, tmp_path, TORCHRUN)
+    assert_ok(resumed)
+    assert f"resumed {run_dir.name} at policy step 400" in resumed.stdout
+    assert "weights identical on all 2 ranks" in resumed.stdout and "step 600/600 (100%)" in resumed.stdout
+    for name in ("checkpoint.pt", "checkpoint.rank1.pt"):
+        assert torch.load(run_dir / name, weights_only=False)["global_step"] == 600, name
+    shutil.copy(tmp_path / "rank1_at_400.pt", run_dir / "checkpoint.rank1.pt")  # rank 1's file from another step
+    stale = run(flags.replace("600", "800"), tmp_path, TORCHRUN)
+    assert stale.returncode != 0 and "checkpoint.rank1.pt is from policy step 400" in stale.stdout + stale.stderr
+    assert "the checkpoints of all ranks must come from the same step" in stale.stdout + stale.stderr
 
 
 # ---------------------------------------------------------------- SIGTERM and --resume (issue 5)

@@ -71,3 +71,19 @@ def test_the_main_block_keeps_no_plumbing(script: str):
     for plumbing_call in ("save_checkpoint(", "dist.", "signal.", "wandb.", "SummaryWriter("):
         assert plumbing_call not in block, f"{script}: {plumbing_call} belongs in the plumbing section"
     assert len(block.splitlines()) <= 150, f"{script}: the main block has {len(block.splitlines())} lines (at most 150)"
+
+
+@pytest.mark.parametrize("num_envs, world_size", [(1, 1), (3, 2), (16, 1), (7, 4)])
+def test_a_periodic_checkpoint_falls_once_in_every_checkpoint_interval(num_envs: int, world_size: int):
+    """The policy step grows by num_envs x world_size per iteration; Run.checkpoint_due is true at exactly one iteration
+    of every --checkpoint-every policy steps, the first one at or past each multiple; with 0, never."""
+    from types import SimpleNamespace
+
+    stride = num_envs * world_size
+    steps = range(stride, 20_000 + stride, stride)  # to the first step at or past 20,000
+    for every in (100, 250, 1000):
+        run = SimpleNamespace(args=SimpleNamespace(checkpoint_every=every, num_envs=num_envs, world_size=world_size))
+        due = [step for step in steps if v3.Run.checkpoint_due(run, step)]
+        assert due == [next(s for s in steps if s >= k * every) for k in range(1, 20_000 // every + 1)], every
+    run = SimpleNamespace(args=SimpleNamespace(checkpoint_every=0, num_envs=num_envs, world_size=world_size))
+    assert not any(v3.Run.checkpoint_due(run, step) for step in steps)

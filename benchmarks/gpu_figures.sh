@@ -6,30 +6,40 @@
 #
 # 1. OUT_DIR/speed.md: benchmarks/speed.py on the GPU, every script, fp32 and bf16 interleaved, 10 timed gradient steps
 #    after 3 untimed ones (the env-alone column is left out: the envs run on the CPU, and it is measured there).
-# 2. OUT_DIR/speed_compile.md: the same for DreamerV3 with --compile (torch.compile of the encoder, decoder, RSSM steps).
-# 3. OUT_DIR/learning.txt: the Catch learning tests of DreamerV3 and DreamerV2 (their flags and marks, seed 1), trained
-#    on the GPU. Parts 1-3 are estimated at under 10 minutes on an H200.
+# 2. OUT_DIR/learning.txt: the Catch learning tests of DreamerV3 and DreamerV2 (their flags and marks, seed 1), trained
+#    on the GPU, each with the device line its run printed.
+# 3. OUT_DIR/speed_compile.md: speed.py for DreamerV3 with --compile (torch.compile of the encoder, decoder, RSSM
+#    steps), last and capped at COMPILE_SECONDS (default 240): compiling is the least predictable part.
+#    Parts 1-3 are estimated (not measured) at 4-8 minutes on an H200.
 # 4. OUT_DIR/dmc.txt and OUT_DIR/dmc_events: dreamer_v2_dmc.py at the paper's size and settings on cartpole-balance,
 #    seed 1, for DMC_STEPS policy steps (default 50,000 = 100k frames, the reduced CPU runs' length; docs/results.md)
-#    or until DMC_SECONDS (default 540) have passed, so that it fits the device's 10-minute command limit (the run
-#    stops cleanly on timeout's SIGTERM, at whatever frame count it reached: its evaluations every 10k frames up to
-#    there are the figures, beside the official 281-330 at 30k, 484-683 at 60k, 797-937 at 100k); its console output
-#    and its TensorBoard event file. It needs dm_control and mujoco (below).
-# PARTS (default "speed learning") picks the parts: any of speed (1, 2), learning (3) and dmc (4).
-# Every part writes its output as it goes, so a run stopped early keeps what it finished. Python packages the scripts
-# need that a bare GPU machine may lack (tyro, gymnasium, ale-py and their own needs) are installed from the wheels in
-# .whl/ when that folder exists; for a machine without internet and Python 3.12, fetch them where PyPI is reachable:
+#    or until DMC_SECONDS (default 480) have passed, so that it fits the device's 10-minute command limit with the
+#    install (the run stops cleanly on timeout's SIGTERM, at whatever frame count it reached; its evaluations every 10k
+#    frames up to there are the figures, beside the official 281-330 at 30k, 484-683 at 60k, 797-937 at 100k). From
+#    its operation count (about 11k kernels per gradient step, one gradient step every 5 policy steps) we expect 30k to
+#    70k frames in 480 s, not 100k: an estimate; part 1's v2-dmc rows tell. It needs dm_control, mujoco and EGL.
+# PARTS (default "speed learning") picks the parts: any of speed (1, 3), learning (2) and dmc (4). A session's 15
+# minutes of device time hold one of the two commands (parts 1-3, or part 4) with the machine's start, not both.
+# Every part writes its output as it goes, so a run stopped early keeps what it finished; the exit status is non-zero
+# if any part failed.
+#
+# A bare GPU machine without internet lacks Python packages the scripts need (tyro, gymnasium, ale-py and their own
+# needs) and, for part 4, the EGL loaders MuJoCo renders with. Prepare both here, where PyPI and Debian are reachable,
+# in folders that git ignores (.whl/ and .gl/), and carry them to the device (the device tool's `carry`: [".whl",
+# ".gl"]); the script installs what it finds there. For Python 3.12:
 #
 #     pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 -d .whl \
 #         tyro docstring-parser typeguard typing-extensions gymnasium farama-notifications ale-py
 #
-# and for part 4 also (the suite's tasks do not need dm_control's 39 MB of locomotion assets, which would push the
-# wheels over a 64 MiB transfer limit; --platform manylinux_2_27_x86_64 for mujoco):
+# and for part 4 also (the suite's tasks need neither dm_control's 39 MB of locomotion assets nor labmaze, which would
+# push the carried files over the 64 MiB transfer limit; --platform manylinux_2_27_x86_64 for mujoco):
 #
 #     pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
 #         --platform manylinux_2_27_x86_64 --platform manylinux2014_x86_64 -d .whl \
-#         dm-control==1.0.50 "mujoco>=3,<4" dm-env dm-tree glfw labmaze pyopengl
+#         dm-control==1.0.50 "mujoco>=3,<4" dm-env dm-tree glfw pyopengl
 #     zip -q -d .whl/dm_control-*.whl 'dm_control/locomotion/*'
+#     mkdir -p .gl /tmp/amd64/partial; o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
+#     apt-get $o update; (cd .gl && apt-get $o download libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
 #
 # DEVICE (default cuda) picks the device and SPEED_FLAGS adds flags to speed.py; on a machine without a GPU,
 # `DEVICE=cpu SPEED_FLAGS=--tiny bash benchmarks/gpu_figures.sh` checks that parts 1-3 run (about 10 CPU minutes), and
@@ -42,34 +52,48 @@ if [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
     export PYTHONPATH=/tmp/site
 fi
+if [ -d .gl ]; then  # the EGL loaders, unpacked into / as the device's notes say (only these: others can break /)
+    for f in .gl/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+    egl=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+    [ -e $egl ] && export __EGL_VENDOR_LIBRARY_FILENAMES=$egl
+fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+python3 -c "import tyro, gymnasium, ale_py, tensorboard" 2>&1 | tee "$out/imports.txt" || {
+    echo "gpu_figures.sh: the scripts' packages are missing: prepare .whl/ (see the header) and carry it" | tee -a "$out/imports.txt"
+    exit 1
+}
 device=${DEVICE:-cuda}
 (nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || echo "no nvidia-smi") > "$out/gpu.txt" 2>&1
 
 parts=" ${PARTS:-speed learning} "
+status=0
 
 if [[ $parts == *" speed "* ]]; then
     python3 benchmarks/speed.py --device "$device" --warmup 3 --steps 10 --act-steps 200 --no-env ${SPEED_FLAGS:-} 2>&1 \
-        | tee "$out/speed.md"
-    python3 benchmarks/speed.py --device "$device" --scripts v3 --compile --warmup 3 --steps 10 --act-steps 200 --no-env \
-        ${SPEED_FLAGS:-} 2>&1 | tee "$out/speed_compile.md"
+        | tee "$out/speed.md" || status=1
 fi
 
 if [[ $parts == *" dmc "* ]]; then
     # the paper's DMC settings and sizes (the script's defaults), evaluated every 5,000 policy steps (10k frames) as the
-    # reduced CPU runs of docs/results.md; runs/ goes to a scratch folder, its event file to OUT_DIR
+    # reduced CPU runs of docs/results.md; runs/ goes to a scratch folder, its event file to OUT_DIR, also if this
+    # command is killed before the run's own timeout
     repo=$PWD dmc_dir=$(mktemp -d)
-    (cd "$dmc_dir" && MUJOCO_GL=${MUJOCO_GL:-egl} timeout "${DMC_SECONDS:-540}" python3 "$repo/dreamer_v2_dmc.py" \
+    trap 'cp "$dmc_dir"/runs/*/events.out.tfevents.* "$out/dmc_events" 2>/dev/null' EXIT
+    python3 -c "import dm_control.suite, mujoco" || status=1
+    (cd "$dmc_dir" && MUJOCO_GL=${MUJOCO_GL:-egl} timeout "${DMC_SECONDS:-480}" python3 "$repo/dreamer_v2_dmc.py" \
         --env-id cartpole-balance --seed 1 --total-timesteps "${DMC_STEPS:-50000}" --eval-every 5000 --eval-episodes 1 \
         --checkpoint-every 5000 --log-every 500 $([ "$device" = cpu ] && echo --no-cuda) ${DMC_FLAGS:-}) 2>&1 \
-        | grep -v "^WARNING\|Warning" | tee "$out/dmc.txt"
-    cp "$dmc_dir"/runs/*/events.out.tfevents.* "$out/dmc_events" 2>/dev/null || echo "no event file" | tee -a "$out/dmc.txt"
+        | grep --line-buffered -v "^WARNING\|Warning" | tee "$out/dmc.txt" || status=1
+    cp "$dmc_dir"/runs/*/events.out.tfevents.* "$out/dmc_events" 2>/dev/null || { echo "no event file" | tee -a "$out/dmc.txt"; status=1; }
 fi
 
-[[ $parts == *" learning "* ]] || exit 0
-python3 - "$device" 2>&1 <<'PY' | tee "$out/learning.txt"
+if [[ $parts == *" learning "* ]]; then
+    python3 - "$device" 2>&1 <<'PY' | tee "$out/learning.txt" || status=1
+import re
 import sys
 import tempfile
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -77,15 +101,30 @@ import numpy as np
 from tests import test_learning, test_learning_dreamer_v2
 from tests.helpers import random_policy_mean, train_catch
 
-random_mean = random_policy_mean(2000)
+random_mean, failed = random_policy_mean(2000), False
 for test in (test_learning, test_learning_dreamer_v2):
-    run = train_catch(test.SCRIPT, test.FLAGS, Path(tempfile.mkdtemp()), seed=1, cuda=sys.argv[1].startswith("cuda"))
+    try:  # one test's failure must not cost the other's figures
+        run = train_catch(test.SCRIPT, test.FLAGS, Path(tempfile.mkdtemp()), seed=1, cuda=sys.argv[1].startswith("cuda"))
+    except Exception:
+        print(f"{test.SCRIPT} on Catch, seed 1: the run failed\n{traceback.format_exc()}", flush=True)
+        failed = True
+        continue
     last = float(np.mean(run["train"][-test.LAST_EPISODES :]))
     passed = last > random_mean + test.TRAIN_MARGIN and run["eval"] > random_mean + test.EVAL_MARGIN
+    ran_on = re.search(r"device (\S+), precision (\S+)", run["stdout"])  # what the run itself used
     print(
-        f"{test.SCRIPT} on Catch, seed 1, on {sys.argv[1]}: last {test.LAST_EPISODES} training episodes {last:+.3f}, "
-        f"final evaluation {run['eval']:+.3f} (random {random_mean:+.3f}; marks {random_mean + test.TRAIN_MARGIN:+.3f}"
-        f" / {random_mean + test.EVAL_MARGIN:+.3f}: {'pass' if passed else 'FAIL'}), {run['wall']:.0f} s",
+        f"{test.SCRIPT} on Catch, seed 1, on {ran_on[1] if ran_on else '?'} ({ran_on[2] if ran_on else '?'}): last "
+        f"{test.LAST_EPISODES} training episodes {last:+.3f}, final evaluation {run['eval']:+.3f} (random "
+        f"{random_mean:+.3f}; marks {random_mean + test.TRAIN_MARGIN:+.3f} / {random_mean + test.EVAL_MARGIN:+.3f}: "
+        f"{'pass' if passed else 'FAIL'}), {run['wall']:.0f} s",
         flush=True,
     )
+sys.exit(1 if failed else 0)
 PY
+fi
+
+if [[ $parts == *" speed "* ]]; then  # last: compile time is the least predictable part
+    timeout "${COMPILE_SECONDS:-240}" python3 benchmarks/speed.py --device "$device" --scripts v3 --compile --warmup 3 \
+        --steps 10 --act-steps 200 --no-env ${SPEED_FLAGS:-} 2>&1 | tee "$out/speed_compile.md" || status=1
+fi
+exit $status

@@ -9,10 +9,12 @@ For every script and precision, at the paper's sizes and batch shapes (the scrip
 - policy steps per second of acting alone: the script's `act` (encoder, one RSSM step, actor) for one env, no env;
   and, to compare, of the script's own env alone (its `make_env` with the default --env-id, random actions).
 
-Each gradient step runs exactly the code of the training loop, on a batch of random frames and actions. Precisions are
-interleaved step by step (32, bf16, 32, bf16, ...), so that both see the same load. Run it on a quiet machine. The
-header names the CPU (or GPU), the instruction set torch uses and whether bf16 is native there; where it is not (an
-AVX2-only CPU, where a bf16 step takes about ten times as long) the bf16 rows run one timed step and no warm-up.
+Each gradient step runs the scripts' own functions in the order of their train_step (world model, then behaviour), on
+a batch of random frames and actions already on the device: the replay's sampling and the copy to a GPU are not timed.
+Precisions are interleaved step by step (32, bf16, 32, bf16, ...), so that both see the same load. Run it on a quiet
+machine. The header names the CPU (or GPU), the instruction set torch uses and whether bf16 is native there; where it
+is not (an AVX2-only CPU, where a bf16 step takes about ten times as long) the bf16 rows run one timed step and no
+warm-up.
 
     python benchmarks/speed.py                                   # V1, V2, V3 and V2 on DMC, fp32 and bf16
     python benchmarks/speed.py --scripts v3 --precisions bf16 --steps 3
@@ -244,8 +246,11 @@ def hardware(device: torch.device, script) -> str:
 def main(bench: Bench):
     device = torch.device(bench.device)
     v3.set_malloc_for_speed()
+    torch.backends.cudnn.deterministic = True  # as the scripts run by default (--torch-deterministic)
     print(f"torch {torch.__version__}, {hardware(device, v3)}, compile {bench.compile}", flush=True)
-    peaks = {p: matmul_peak(p, device, 256 if bench.tiny else 4096) for p in bench.precisions}
+    # the largest product: a GPU needs 16384 to run near its peak (4096 takes a fraction of a millisecond)
+    max_n = 256 if bench.tiny else 16384 if device.type == "cuda" else 4096
+    peaks = {p: matmul_peak(p, device, max_n) for p in bench.precisions}
     # where bf16 is emulated (as torch reports the hardware, or as measured: a bf16 product at under half the fp32 rate,
     # e.g. with oneDNN limited to AVX2), its rows get one timed step and no warm-up: a step there takes a minute or more
     emulated = not v3.native_bf16(device) or "32" in peaks and "bf16" in peaks and peaks["bf16"][0] < peaks["32"][0] / 2

@@ -276,9 +276,8 @@ def make_env(env_id, seed, idx, capture_video, run_name, action_repeat=2, camera
         if multiprocessing.parent_process() is not None:  # a subprocess env: Ctrl-C is for the training process alone
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         render = {"render_mode": "rgb_array"} if capture_video and idx == 0 else {}
-        if dmc_task(
-            env_id
-        ):  # episodes end after the task's 1000 control steps (500 policy steps at action repeat 2; lqr on convergence)
+        # a DMC episode ends after the task's 1000 control steps (500 policy steps at action repeat 2; lqr on convergence)
+        if dmc_task(env_id):
             env = DMC(*dmc_task(env_id), action_repeat=action_repeat, camera=camera, **render)
         else:  # any env with image observations and Box actions, e.g. the small pixel task of the tests
             env = gym.make(env_id, **render)

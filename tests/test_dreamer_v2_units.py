@@ -70,7 +70,7 @@ def test_free_nats_clip_the_batch_average_not_each_element():
     assert (grad[1:].abs().sum((-2, -1)) > 0).all()
 
 
-def test_free_nats_clip_the_batch_average():
+def test_free_nats_below_the_threshold_pass_no_gradient():
     post = torch.zeros(4, 3, 5, requires_grad=True)
     prior = (0.01 * torch.randn(4, 3, 5)).requires_grad_()
     loss, _, _ = v2.balanced_kl(post, prior, 0.8, free=1.0)

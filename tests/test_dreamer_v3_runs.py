@@ -177,19 +177,22 @@ def test_torchrun_resume(torchrun_run, tmp_path: Path):
     shutil.copytree(torchrun_run[0] / "runs", tmp_path / "runs")
     run_dir = only_run_dir(tmp_path)
     shutil.copy(run_dir / "checkpoint.rank1.pt", tmp_path / "rank1_at_400.pt")
-    flags = f"{TINY} --total-timesteps 600 --replay-ratio {RATIO} --no-cuda --resume {run_dir / 'checkpoint.pt'}"
-    one = run(flags, tmp_path)
+
+    def flags(total: int) -> str:
+        return f"{TINY} --total-timesteps {total} --replay-ratio {RATIO} --no-cuda --resume {run_dir / 'checkpoint.pt'}"
+
+    one = run(flags(600), tmp_path)
     assert one.returncode != 0 and "Traceback" not in one.stderr
     assert error_lines(one) == [f"dreamer_v3_atari.py: error: --resume {run_dir / 'checkpoint.pt'}: the run used 2 processes; "
                                 "resume with the same number"]  # fmt: skip
-    resumed = run(flags, tmp_path, TORCHRUN)
+    resumed = run(flags(600), tmp_path, TORCHRUN)
     assert_ok(resumed)
     assert f"resumed {run_dir.name} at policy step 400" in resumed.stdout
     assert "weights identical on all 2 ranks" in resumed.stdout and "step 600/600 (100%)" in resumed.stdout
     for name in ("checkpoint.pt", "checkpoint.rank1.pt"):
         assert torch.load(run_dir / name, weights_only=False)["global_step"] == 600, name
     shutil.copy(tmp_path / "rank1_at_400.pt", run_dir / "checkpoint.rank1.pt")  # rank 1's file from another step
-    stale = run(flags.replace("600", "800"), tmp_path, TORCHRUN)
+    stale = run(flags(800), tmp_path, TORCHRUN)
     assert stale.returncode != 0 and "checkpoint.rank1.pt is from policy step 400" in stale.stdout + stale.stderr
     assert "the checkpoints of all ranks must come from the same step" in stale.stdout + stale.stderr
 

@@ -9,7 +9,8 @@ The official runs' per-seed curves (danijar's score files: a JSON list, gzipped 
 ys}, x in env frames) are drawn beside ours with --official FILE --official-task TASK, one thin gray line per seed and
 their min-max band; --frames-per-step (the action repeat) puts our runs on the same x axis, in frames. --at X ...
 prints a second table at those frame counts: each of our seeds' evaluation there and its training episodes of the
---window before it, next to the official seeds' min, max and mean (interpolated between their logged points). Where
+--window before it, next to the official seeds' min, max and mean (interpolated between their logged points; over the
+seeds that have a point there, the count said when some have none). Where
 the official ys are single training episodes (the Atari100k file) rather than evaluations, --official-episodes
 averages each official seed over the same windows as ours, in the figure and the table.
 
@@ -182,11 +183,10 @@ def main(args: Plot):
                 values = [float(e.mean()) if len(e) else np.nan for e in episodes]
             else:
                 values = [float(np.interp(x, xs, ys, left=np.nan, right=np.nan)) for _, xs, ys in official]
-            ref = (
-                f"{min(values):.0f}, {max(values):.0f}; {np.mean(values):.0f}"
-                if values and not np.isnan(values).any()
-                else "-"
-            )
+            have = [v for v in values if not np.isnan(v)]  # seeds with an episode in the window (or a logged point around x)
+            ref = f"{min(have):.0f}, {max(have):.0f}; {np.mean(have):.0f}" if have else "-"
+            if have and len(have) < len(values):
+                ref += f" ({len(have)} of {len(values)} seeds)"
             for label, run_dirs, runs in groups:
                 for run_dir, r in zip(run_dirs, runs):
                     ev = [v for step, v in zip(*r["eval"]) if step == x]

@@ -89,3 +89,22 @@ def test_official_training_episodes_are_averaged_in_our_windows(tmp_path: Path, 
     plot_curves.main(plot_curves.Plot(official=str(official), official_task="t", at=[800], **args))
     # without it, interpolated between the logged points: seed 0 60 + 10 / 210 * 940 = 105, seed 1 3
     assert "| 800 | A seed 1 | - | 5.0 (4 episodes) | 3, 105; 54 |" in capsys.readouterr().out
+
+
+def test_official_seeds_without_an_episode_in_the_window(tmp_path: Path, capsys):
+    """Where some official seeds ended no episode in the window before X (long Atari episodes), the table gives the
+    min, max and mean of the others and says how many they are; where none did, a dash."""
+    write_run(tmp_path / "runs" / "env__a__1__100", [(s, 5.0) for s in range(50, 450, 50)], [])
+    official = tmp_path / "scores.json"
+    official.write_text(
+        '[{"task": "t", "method": "m", "seed": "0", "xs": [100, 900], "ys": [7, 9]},'
+        ' {"task": "t", "method": "m", "seed": "1", "xs": [100, 500, 900], "ys": [1, 40, 3]}]'
+    )
+    args = dict(group=[f"A={tmp_path}/runs/env__a__*"], out=str(tmp_path / "c.png"), window=200, frames_per_step=2)
+    plot_curves.main(
+        plot_curves.Plot(official=str(official), official_task="t", official_episodes=True, at=[600, 1400], **args)
+    )
+    printed = capsys.readouterr().out
+    # (200, 600]: seed 0 has no episode, seed 1 one of 40; (1000, 1400]: neither
+    assert "| 600 | A seed 1 | - | 5.0 (4 episodes) | 40, 40; 40 (1 of 2 seeds) |" in printed, printed
+    assert "| 1,400 | A seed 1 | - | - | - |" in printed, printed

@@ -24,6 +24,16 @@ def write_run(run_dir: Path, train: list, evals: list):
     writer.close()
 
 
+def write_official_and_our_run(tmp_path: Path, records: str) -> tuple:
+    """One run of ours (returns 5.0 every 50 policy steps to 400) and an official file of `records`; the path of the
+    file and the Plot arguments that draw them (window 200 policy steps = 400 frames at frames_per_step 2)."""
+    write_run(tmp_path / "runs" / "env__a__1__100", [(s, 5.0) for s in range(50, 450, 50)], [])
+    official = tmp_path / "scores.json"
+    official.write_text(records)
+    args = dict(group=[f"A={tmp_path}/runs/env__a__*"], out=str(tmp_path / "c.png"), window=200, frames_per_step=2)
+    return official, args
+
+
 def test_windowed_means():
     steps, returns = np.array([50, 150, 190, 390]), np.array([1.0, 2.0, 4.0, -1.0])
     means = plot_curves.windowed(steps, returns, window=100, end=400)
@@ -76,13 +86,11 @@ def test_official_runs_beside_ours_in_frames(tmp_path: Path, capsys):
 def test_official_training_episodes_are_averaged_in_our_windows(tmp_path: Path, capsys):
     """--official-episodes: the official ys are single training episodes (Atari100k), so the table at X gives the
     mean of each official seed's episodes in the --window before X (here 400 frames), not an interpolation."""
-    write_run(tmp_path / "runs" / "env__a__1__100", [(s, 5.0) for s in range(50, 450, 50)], [])
-    official = tmp_path / "scores.json"
-    official.write_text(
+    official, args = write_official_and_our_run(
+        tmp_path,
         '[{"task": "t", "method": "m", "seed": "0", "xs": [100, 500, 700, 790, 1000], "ys": [7, 10, 20, 60, 1000]},'
-        ' {"task": "t", "method": "m", "seed": "1", "xs": [300, 650, 900], "ys": [1, 3, 3]}]'
+        ' {"task": "t", "method": "m", "seed": "1", "xs": [300, 650, 900], "ys": [1, 3, 3]}]',
     )
-    args = dict(group=[f"A={tmp_path}/runs/env__a__*"], out=str(tmp_path / "c.png"), window=200, frames_per_step=2)
     plot_curves.main(plot_curves.Plot(official=str(official), official_task="t", official_episodes=True, at=[800], **args))
     # seed 0: episodes in (400, 800] are 10, 20, 60 -> 30; seed 1: 3 -> min 3, max 30, mean 16.5 (printed rounded)
     assert "| 800 | A seed 1 | - | 5.0 (4 episodes) | 3, 30; 16 |" in capsys.readouterr().out
@@ -94,13 +102,11 @@ def test_official_training_episodes_are_averaged_in_our_windows(tmp_path: Path, 
 def test_official_seeds_without_an_episode_in_the_window(tmp_path: Path, capsys):
     """Where some official seeds ended no episode in the window before X (long Atari episodes), the table gives the
     min, max and mean of the others and says how many they are; where none did, a dash."""
-    write_run(tmp_path / "runs" / "env__a__1__100", [(s, 5.0) for s in range(50, 450, 50)], [])
-    official = tmp_path / "scores.json"
-    official.write_text(
+    official, args = write_official_and_our_run(
+        tmp_path,
         '[{"task": "t", "method": "m", "seed": "0", "xs": [100, 900], "ys": [7, 9]},'
-        ' {"task": "t", "method": "m", "seed": "1", "xs": [100, 500, 900], "ys": [1, 40, 3]}]'
+        ' {"task": "t", "method": "m", "seed": "1", "xs": [100, 500, 900], "ys": [1, 40, 3]}]',
     )
-    args = dict(group=[f"A={tmp_path}/runs/env__a__*"], out=str(tmp_path / "c.png"), window=200, frames_per_step=2)
     plot_curves.main(
         plot_curves.Plot(official=str(official), official_task="t", official_episodes=True, at=[600, 1400], **args)
     )

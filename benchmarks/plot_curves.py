@@ -3,7 +3,8 @@ over seeds as a line and the min-max over seeds as a band, against policy steps.
 (`charts/episodic_return`) are averaged over windows of --window policy steps within each run first, since single
 episodes are noisy; evaluations (`eval/episodic_return`) are drawn as points with min-max bars. A dashed line marks a
 random policy's mean return (--random). Also prints a markdown table: per group, the seeds, the mean training return
-over each run's last --last-episodes episodes, the final evaluation, and the wall-clock of a run (first to last event).
+over each run's last --last-episodes episodes, the final evaluation, and the wall-clock of a run (first to last event, each
+resumed stretch's event file counted on its own, without the pauses between them).
 
 The official runs' per-seed curves (danijar's score files: a JSON list, gzipped or not, of {task, method, seed, xs,
 ys}, x in env frames) are drawn beside ours with --official FILE --official-task TASK, one thin gray line per seed and
@@ -77,8 +78,13 @@ def read_run(run_dir: str) -> dict:
     for key, tag in (("train", "charts/episodic_return"), ("eval", "eval/episodic_return")):
         events = ea.Scalars(tag) if tag in tags else []
         series[key] = (np.array([e.step for e in events]), np.array([e.value for e in events]))
-    times = [e.wall_time for tag in tags for e in ea.Scalars(tag)]
-    series["wall"] = max(times) - min(times) if times else 0.0
+    # a resumed run writes one event file per stretch: add up each file's span, so the pause between them is not counted
+    series["wall"] = 0.0
+    for path in sorted(glob.glob(os.path.join(run_dir, "events.out.tfevents.*"))):
+        part = EventAccumulator(path, size_guidance={"scalars": 0})
+        part.Reload()
+        times = [e.wall_time for tag in part.Tags()["scalars"] for e in part.Scalars(tag)]
+        series["wall"] += max(times) - min(times) if times else 0.0
     return series
 
 

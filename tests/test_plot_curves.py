@@ -114,3 +114,18 @@ def test_official_seeds_without_an_episode_in_the_window(tmp_path: Path, capsys)
     # (200, 600]: seed 0 has no episode, seed 1 one of 40; (1000, 1400]: neither
     assert "| 600 | A seed 1 | - | 5.0 (4 episodes) | 40, 40; 40 (1 of 2 seeds) |" in printed, printed
     assert "| 1,400 | A seed 1 | - | - | - |" in printed, printed
+
+
+def test_wall_clock_of_a_resumed_run_leaves_out_the_pause(tmp_path: Path):
+    """A resumed run writes a second event file; the hour between the two stretches is not run time."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    run_dir = tmp_path / "env__a__1__100"
+    for suffix, start, steps in ((".first", 1_000.0, range(10, 60, 10)), (".second", 5_600.0, range(60, 110, 10))):
+        writer = SummaryWriter(str(run_dir), filename_suffix=suffix)
+        for k, step in enumerate(steps):
+            writer.add_scalar("charts/episodic_return", 1.0, step, walltime=start + 100.0 * k)
+        writer.close()
+    run = plot_curves.read_run(str(run_dir))
+    assert run["wall"] == pytest.approx(800.0)  # 400 s each; first to last event would give 5,000 s
+    assert run["train"][0].tolist() == list(range(10, 110, 10))

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Runs the official DreamerV2 (danijar/dreamerv2, TensorFlow, last commit 07d906e) at the settings of one of our
+# commands, so that its curve can be drawn beside ours (docs/results.md, "Parity with the official code").
+#
+#   bash benchmarks/parity/dreamerv2_official.sh setup
+#   bash benchmarks/parity/dreamerv2_official.sh run PRESET SEED LOGDIR [more official flags, e.g. --steps 3e4]
+#
+# PRESET is one of ours, spelled as its `--exp-name` in docs/results.md (the table there maps every one of our flags to
+# its config key):
+#   cartpole_balance_reduced   dreamer_v2_dmc.py, cartpole-balance from pixels, the reduced model (2.27M parameters)
+#
+# Nothing of the official code enters this repository: `setup` clones it (DREAMERV2_GIT, default its GitHub address;
+# a local clone or mirror works too) into PARITY_HOME (default ~/.cache/dreamer-parity), checks out 07d906e, makes
+# the few compatibility edits below as scripted substitutions, and builds a virtualenv there with the versions that
+# run it on a current Linux (TensorFlow 2.15 CPU; see the pins). The run is CPU-only, one thread, fp32 (`--precision
+# 32`: its float16 needs a GPU). It resumes from LOGDIR when LOGDIR holds a run already (variables.pkl and the
+# episodes it wrote); its curve is LOGDIR/metrics.jsonl, read by benchmarks/plot_curves.py --official-jsonl.
+set -euo pipefail
+
+COMMIT=07d906e
+PARITY_HOME="${PARITY_HOME:-$HOME/.cache/dreamer-parity}"
+SRC="$PARITY_HOME/dreamerv2"
+VENV="$PARITY_HOME/venv"
+PYTHON="${PYTHON:-python3.11}"
+
+setup() {
+    mkdir -p "$PARITY_HOME"
+    if [ ! -d "$SRC/.git" ]; then
+        git clone --quiet --no-checkout "${DREAMERV2_GIT:-https://github.com/danijar/dreamerv2}" "$SRC"
+    fi
+    # Only the code (the score files are large and unused here), as committed: this also undoes earlier edits.
+    git -C "$SRC" checkout --quiet "$COMMIT" -- dreamerv2
+    # Compatibility edits for NumPy 1.24+, TensorFlow 2.11+ and a CPU, each a one-token substitution or one line:
+    # np.bool was removed from NumPy (the plain bool is the same dtype);
+    sed -i 's/np\.bool\b/bool/g' "$SRC/dreamerv2/common/envs.py" "$SRC/dreamerv2/common/replay.py"
+    # the mixed-precision API left `experimental` in TF 2.4 (set_policy became set_global_policy);
+    sed -i 's/from tensorflow.keras.mixed_precision import experimental as prec/from tensorflow.keras import mixed_precision as prec/' \
+        "$SRC/dreamerv2/common/nets.py" "$SRC/dreamerv2/train.py"
+    sed -i 's/prec\.set_policy(/prec.set_global_policy(/' "$SRC/dreamerv2/train.py"
+    # the optimizers it builds with `tf.optimizers.X(lr, epsilon=eps)` are the legacy Keras ones since TF 2.11;
+    sed -i 's/tf\.optimizers\./tf.keras.optimizers.legacy./' "$SRC/dreamerv2/common/tfutils.py"
+    # it asserts a GPU before anything else (its own message: "To actually train on CPU remove this assert").
+    sed -i "s/^  assert tf.config.experimental.list_physical_devices('GPU'), message$/  pass  # CPU run: GPU assert removed/" \
+        "$SRC/dreamerv2/train.py"
+    git -C "$SRC" diff --stat
+    if [ ! -x "$VENV/bin/python" ]; then
+        "$PYTHON" -m venv "$VENV"
+    fi
+    # Pins: Keras 3 (TF 2.16+) breaks it; tfp 0.23 matches TF 2.15; ruamel.yaml 0.18 removed the safe_load it calls;
+    # gym 0.21 no longer builds; mujoco 4 breaks dm_control 1.0.50.
+    "$VENV/bin/pip" install --quiet tensorflow-cpu==2.15.1 tensorflow-probability==0.23.0 "numpy==1.26.4" \
+        ruamel.yaml==0.17.40 gym==0.26.2 dm_control==1.0.50 "mujoco>=3,<4" rich
+    "$VENV/bin/python" -c "import tensorflow as tf, tensorflow_probability, dm_control.suite; print('tf', tf.__version__)"
+}
+
+preset_flags() {
+    case "$1" in
+        cartpole_balance_reduced)
+            # dreamer_v2_dmc.py --env-id cartpole-balance --total-timesteps 50000 --cnn-depth 16 --mlp-units 200
+            #   --mlp-layers 2 --stoch-size 16 --classes 16 --precision fp32 --eval-every 5000 --eval-episodes 1
+            echo --configs dmc_vision --task dmc_cartpole_balance --precision 32 --steps 5e4 \
+                --eval_every 5e3 --eval_eps 1 --log_every 500 \
+                --encoder.cnn_depth 16 --decoder.cnn_depth 16 \
+                --rssm.deter 200 --rssm.hidden 200 --rssm.stoch 16 --rssm.discrete 16 \
+                --reward_head.layers 2 --reward_head.units 200 --discount_head.layers 2 --discount_head.units 200 \
+                --actor.layers 2 --actor.units 200 --critic.layers 2 --critic.units 200
+            ;;
+        *)
+            echo "dreamerv2_official.sh: unknown preset '$1'; use cartpole_balance_reduced" >&2
+            exit 2
+            ;;
+    esac
+}
+
+case "${1:-}" in
+    setup)
+        setup
+        ;;
+    run)
+        [ $# -ge 4 ] || { echo "usage: $0 run PRESET SEED LOGDIR [flags]" >&2; exit 2; }
+        preset="$2" seed="$3" logdir="$4"
+        shift 4
+        [ -x "$VENV/bin/python" ] || { echo "dreamerv2_official.sh: run '$0 setup' first" >&2; exit 2; }
+        flags=$(preset_flags "$preset")
+        export MUJOCO_GL="${MUJOCO_GL:-egl}" OMP_NUM_THREADS=1 TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1
+        # shellcheck disable=SC2086  # the preset's flags are words
+        exec "$VENV/bin/python" "$SRC/dreamerv2/train.py" --logdir "$logdir" --seed "$seed" $flags "$@"
+        ;;
+    *)
+        echo "usage: $0 setup | run PRESET SEED LOGDIR [flags]" >&2
+        exit 2
+        ;;
+esac

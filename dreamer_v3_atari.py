@@ -9,7 +9,7 @@ import random
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Literal, Optional
 
 import gymnasium as gym
@@ -497,14 +497,23 @@ class SequenceReplay:
 
 # ALGO LOGIC: networks
 def init_weights(module: nn.Module, scale: float = 1.0):
-    """Truncated normal with fan-average variance scaling (the paper's code), zero biases; scale 0 gives zeros."""
-    for m in module.modules():
+    """Truncated normal with fan-average variance scaling (the paper's code), zero biases; scale 0 gives zeros. Every other
+    layer with parameters initialises them in its own `reset_parameters()` (LayerNorm: ones and zeros); one without that
+    method stops the run with one line naming it: no parameter keeps the uninitialised memory of `torch.empty`."""
+    for name, m in module.named_modules():
         if isinstance(m, (nn.Linear, nn.Conv2d, nn.ConvTranspose2d)):
             fan_in, fan_out = nn.init._calculate_fan_in_and_fan_out(m.weight)
             std = (scale / ((fan_in + fan_out) / 2)) ** 0.5 / 0.87962566103423978
             nn.init.trunc_normal_(m.weight, 0.0, std, -2 * std, 2 * std) if scale > 0 else nn.init.zeros_(m.weight)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
+        elif next(m.parameters(recurse=False), None) is not None:  # any other layer: LayerNorm, or a fork's new one
+            if not hasattr(m, "reset_parameters"):
+                where = f"{type(module).__name__}.{name or 'self'} ({type(m).__name__})"
+                shapes = ", ".join(f"{n} {tuple(p.shape)}" for n, p in m.named_parameters(recurse=False))
+                fail(f"init_weights: {where} has parameters with no initialisation rule ({shapes}); give it a "
+                     "reset_parameters() method or a rule in init_weights")  # fmt: skip
+            m.reset_parameters()
 
 
 def dense(in_features: int, out_features: int) -> nn.Sequential:
@@ -608,8 +617,12 @@ class RSSM(nn.Module):
         self.img_logits = nn.Linear(hidden_size, stoch_size * classes)
         self.obs_out = dense(deter_size + embed_size, hidden_size)
         self.obs_logits = nn.Linear(hidden_size, stoch_size * classes)
-        self.initial_deter = nn.Parameter(torch.zeros(deter_size))  # learned initial state, h_0 = tanh(w)
+        self.initial_deter = nn.Parameter(torch.empty(deter_size))  # learned initial state, h_0 = tanh(w)
         init_weights(self)
+
+    def reset_parameters(self):
+        """init_weights' rule for the RSSM's own parameter: w = 0, so h_0 starts at tanh(0) = 0 as in the paper's code."""
+        nn.init.zeros_(self.initial_deter)
 
     def _logits(self, layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
         return unimix_logits(layer(x).reshape(*x.shape[:-1], self.stoch_size, self.classes), self.unimix)
@@ -930,6 +943,20 @@ def evaluate(wm, actor, env_fn, episodes: int, greedy: bool, device, autocast, s
     return returns
 
 
+# ALGO LOGIC: the training loop's state
+@dataclass
+class Loop:
+    """What the training loop counts and carries, saved in every checkpoint and restored by --resume (`Run.start`,
+    `Run.save`): a new counter is one more field here. Numbers are the same on every rank; the rest (the TBPTT carry)
+    is each rank's own. A checkpoint written before a field existed resumes with the field's starting value."""
+
+    global_step: int = 0  # policy steps so far, all envs of all ranks
+    train_policy_steps: int = 0  # policy steps since training started: what the replay-ratio schedule is fed
+    gradient_steps: int = 0  # all ranks
+    last_eval: int = 0  # the policy step of the last evaluation
+    carry: tuple = ()  # (posterior state, action) where this rank's replay rows go on (TBPTT)
+
+
 # TRY NOT TO MODIFY: run plumbing. The same text in every script (tests/test_plumbing.py compares them): checks of
 # flags and checkpoints, torchrun, run directory and loggers, checkpoints, the stop on a signal, the progress line,
 # --eval-model and the end-of-run checks. A variant of the algorithm leaves it alone (docs: Forking a script).
@@ -958,6 +985,17 @@ def load_checkpoint(path: str, flag: str = "--resume") -> dict:
     if flag == "--resume" and "replay" not in checkpoint:
         fail(f"--resume {path}: this is a saved model (--save-model), not a checkpoint; pass runs/<run_name>/checkpoint.pt")
     return checkpoint
+
+
+def move_to(value, device: torch.device):
+    """A checkpoint's value with every tensor in it (nested in dicts, tuples and lists) moved to `device`."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {k: move_to(v, device) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(move_to(v, device) for v in value)
+    return value
 
 
 class NonFinite:
@@ -1032,8 +1070,9 @@ class Run:
     """One training run around the algorithm. `Run(args)` checks the flags and a checkpoint to resume, starts torchrun's
     process group, creates the run directory, TensorBoard writer and wandb run: all that can fail before the first env
     step. The main block then registers the modules, optimizers and replay-ratio schedule once (`register`) and gets the
-    loop's counters from `start`; checkpoints, the parameter count, the rank-0 weight broadcast and the end-of-run
-    checksums all read that one registry."""
+    loop's state (the script's `Loop`) from `start`; checkpoints, the parameter count, the rank-0 weight broadcast and
+    the end-of-run checksums all read that one registry. The main block calls its methods and reads `device`, `writer`,
+    `saved`, `checkpoint` and `run_name`; everything else in it is its own."""
 
     def __init__(self, args: Args):
         args.world_size, args.rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
@@ -1050,13 +1089,23 @@ class Run:
         check_args(args)
         if args.resume:
             self.checkpoint = checkpoint = load_checkpoint(args.resume)
-            mismatch = [k for k in RESUME_FLAGS if checkpoint["args"][k] != getattr(args, k)]
+            # a flag added after the checkpoint was written (a fork's new flag): that run had the flag's default
+            predates, defaults = [k for k in RESUME_FLAGS if k not in checkpoint["args"]], vars(Args())
+            trained = {k: checkpoint["args"][k] if k in checkpoint["args"] else defaults[k] for k in RESUME_FLAGS}
+            mismatch = [k for k in RESUME_FLAGS if trained[k] != getattr(args, k)]
             if mismatch:
                 fail(
                     f"--resume {args.resume}: the checkpoint was trained with "
-                    + ", ".join(f"--{k.replace('_', '-')} {checkpoint['args'][k]}" for k in mismatch)
+                    + ", ".join(
+                        f"--{k.replace('_', '-')} {trained[k]}"
+                        + (" (its default: the checkpoint predates the flag)" if k in predates else "")
+                        for k in mismatch
+                    )
                     + f" (this run has {', '.join(str(getattr(args, k)) for k in mismatch)}); pass the same values"
                 )
+            if predates and args.rank == 0:
+                print(f"--resume: the checkpoint predates {', '.join('--' + k.replace('_', '-') for k in predates)}; it "
+                      f"resumes with the default {', '.join(str(defaults[k]) for k in predates)}")  # fmt: skip
             if checkpoint["world_size"] != args.world_size:
                 fail(f"--resume {args.resume}: the run used {checkpoint['world_size']} processes; resume with the same number")
             rank_path = os.path.join(os.path.dirname(args.resume), f"checkpoint.rank{args.rank}.pt")
@@ -1070,6 +1119,9 @@ class Run:
         if "--cuda" in sys.argv[1:] and not torch.cuda.is_available():  # the default --cuda falls back silently
             print("warning: --cuda is set but CUDA is not available; running on the CPU", file=sys.stderr)
         local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        if torch.cuda.is_available() and args.cuda and local_rank >= torch.cuda.device_count():
+            fail(f"torchrun started more processes on this machine than it has GPUs ({torch.cuda.device_count()}): pass "
+                 f"--nproc_per_node {torch.cuda.device_count()} or fewer, or --no-cuda to train on the CPU")  # fmt: skip
         self.device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() and args.cuda else "cpu")
         self.precision_note = choose_precision(args, self.device)
         if args.world_size > 1:
@@ -1077,6 +1129,8 @@ class Run:
             dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo", timeout=datetime.timedelta(hours=3))
             if self.device.type == "cuda":
                 torch.cuda.set_device(self.device)
+        # the stop on a signal compares the ranks' flags on the CPU: no wait for the device
+        self.cpu_group = dist.new_group(backend="gloo") if args.world_size > 1 and self.device.type == "cuda" else None
         set_malloc_for_speed()
         run_name = f"{args.env_id}__{args.exp_name}{'-eval' if self.saved else ''}__{args.seed}__{int(time.time())}"
         run_name = run_name.replace("/", "_")
@@ -1168,20 +1222,18 @@ class Run:
             for key, obj in objects.items():
                 obj.load_state_dict(self.checkpoint[key])
 
-    def start(self, rb, envs, carry: tuple) -> tuple:
-        """The loop's (global_step, train_policy_steps, gradient_steps, last_eval, carry): --resume's, or a fresh run's.
-        Also restores this rank's replay and random generators, installs the stop on SIGINT / SIGTERM, and starts the
-        clocks of the progress line."""
+    def start(self, rb, envs, loop: Loop) -> Loop:
+        """The loop's state: --resume's, or `loop` as the main block made it for a fresh run. A field that the checkpoint
+        lacks (a counter added after it was written) keeps that starting value. Also restores this rank's replay and
+        random generators, installs the stop on SIGINT / SIGTERM, and starts the clocks of the progress line."""
         device, checkpoint, rank_checkpoint = self.device, self.checkpoint, self.rank_checkpoint
-        self.rb, self.envs, self.carry = rb, envs, carry
-        self.counters = dict(global_step=0, train_policy_steps=0, gradient_steps=0, last_eval=0)
-        self.last_checkpoint = None
+        self.rb, self.envs, self.loop, self.last_checkpoint = rb, envs, loop, None
         if checkpoint is not None:
-            self.counters = {key: checkpoint[key] for key in self.counters}
+            for field in fields(loop):  # this rank's file; the counters of rank 0's file where an older rank file lacks them
+                saved = rank_checkpoint.get(field.name, checkpoint.get(field.name, getattr(loop, field.name)))
+                setattr(loop, field.name, move_to(saved, device))
             self.last_checkpoint = checkpoint["global_step"]
             rb.load_state_dict(rank_checkpoint["replay"])
-            state, action = rank_checkpoint["carry"]
-            self.carry = ({k: v.to(device) for k, v in state.items()}, action.to(device))
             random.setstate(rank_checkpoint["rng"]["python"])
             np.random.set_state(rank_checkpoint["rng"]["numpy"])
             torch.set_rng_state(rank_checkpoint["rng"]["torch"].cpu())
@@ -1190,23 +1242,23 @@ class Run:
             envs.action_space.np_random.bit_generator.state = rank_checkpoint["rng"]["action_space"]
             print(f"resumed {self.run_name} at policy step {checkpoint['global_step']}, {checkpoint['gradient_steps']} "
                   "gradient steps")  # fmt: skip
-        self.nonfinite = NonFinite(self.counters["gradient_steps"], device)
+        self.nonfinite = NonFinite(loop.gradient_steps, device)
         self.stop_signal, self.stopped = [], False
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda signum, frame: self.stop_signal.append(signum))
-        self.start_time, self.train_seconds = time.time(), 0.0  # train_seconds: the loop adds its gradient steps' time
-        self.start_step, self.start_gradient_steps = self.counters["global_step"], self.counters["gradient_steps"]
-        c = self.counters
-        return c["global_step"], c["train_policy_steps"], c["gradient_steps"], c["last_eval"], self.carry
+        self.start_time, self.train_seconds = time.time(), 0.0  # train_seconds: the time of the rounds of gradient steps
+        self.start_step, self.start_gradient_steps, self.last_progress = loop.global_step, loop.gradient_steps, time.time()
+        self.metric_sums, self.metric_count, self.action_sums = {}, 0, None  # what log_progress averages
+        return loop
 
     def state(self) -> tuple:
         """(this rank's checkpoint, the shared state); rank 0's checkpoint holds both; the shared state alone is what
         --save-model writes."""
         args, device = self.args, self.device
+        loop = {field.name: getattr(self.loop, field.name) for field in fields(self.loop)}
         rank_state = dict(
-            global_step=self.counters["global_step"],
+            **loop,
             replay=self.rb.state_dict(args.checkpoint_buffer),
-            carry=self.carry,
             rng=dict(
                 python=random.getstate(),
                 numpy=np.random.get_state(),
@@ -1221,7 +1273,7 @@ class Run:
             run_name=self.run_name,
             world_size=args.world_size,
             **{key: obj.state_dict() for key, obj in self.objects.items()},
-            **self.counters,
+            **{key: value for key, value in loop.items() if isinstance(value, (int, float))},  # the counters
             wandb_id=None,
         )
         if args.track and args.rank == 0:
@@ -1234,27 +1286,56 @@ class Run:
         """Stop with one line if a gradient step since the last check had a non-finite loss or gradient norm."""
         self.nonfinite.check(self.last_checkpoint, self.checkpoint_path, self.args.precision)
 
-    def save(self, global_step: int, train_policy_steps: int, gradient_steps: int, last_eval: int, carry: tuple):
+    def save(self, loop: Loop):
         """Write this rank's checkpoint atomically; never one from after a non-finite loss."""
-        self.counters = dict(
-            global_step=global_step, train_policy_steps=train_policy_steps, gradient_steps=gradient_steps, last_eval=last_eval
-        )
-        self.carry = carry
+        self.loop = loop
         self.check_finite()
         save_checkpoint(self.checkpoint_path, self.state()[0])
-        self.last_checkpoint = global_step
+        self.last_checkpoint = loop.global_step
+
+    def save_before_first_update(self, loop: Loop):
+        """A checkpoint from before the first gradient step, should training blow up early (the first round only)."""
+        if self.last_checkpoint is None:
+            self.save(loop)
+
+    def note_train(self, metrics: dict, checks: dict, policy_step: int):
+        """After each gradient step, on device tensors only (no wait): remember a non-finite loss or gradient norm, and
+        add the step's metrics to the sums that log_progress averages over the logging interval."""
+        self.nonfinite.note(checks, policy_step, self.args.world_size)
+        if self.args.rank == 0:
+            for key, value in metrics.items():
+                value = value.detach().float()
+                self.metric_sums[key] = self.metric_sums[key] + value if key in self.metric_sums else value
+            self.metric_count += 1
+
+    def note_actions(self, action: torch.Tensor):
+        """Each policy step's actions as the envs get them ([N, A]: one-hot or continuous), summed on the device for the
+        actions/ statistics of log_progress."""
+        if self.args.rank == 0:
+            action = action.detach().float()
+            sums = torch.stack([action.sum(0), action.square().sum(0), action.abs().sum(0)])  # [3, A]
+            count = torch.full_like(sums[:1], action.shape[0])
+            self.action_sums = torch.cat([sums, count]) + (self.action_sums if self.action_sums is not None else 0)
+
+    def add_training_time(self, seconds: float):
+        """The time of a round of gradient steps: the ETA counts the gradient steps still to come at their own cost."""
+        self.train_seconds += seconds
 
     def checkpoint_due(self, global_step: int) -> bool:
         """Every --checkpoint-every policy steps (0: only at the end and on a stop)."""
         args = self.args
         return bool(args.checkpoint_every) and global_step % args.checkpoint_every < args.num_envs * args.world_size
 
-    def stop_requested(self) -> bool:
-        """True on every rank if any rank got SIGINT / SIGTERM: a stop must happen on every rank at the same step."""
-        stop = bool(self.stop_signal)
-        if self.args.world_size > 1:
-            flag = torch.tensor([float(stop)], device=self.device)
-            dist.all_reduce(flag)
+    def stop_requested(self, global_step: int) -> bool:
+        """True on every rank if any rank got SIGINT / SIGTERM: a stop must happen on every rank at the same step. Under
+        torchrun the ranks compare their flags every 16th iteration of the loop (the same iterations on every rank, as
+        the policy step grows alike), on the CPU, so that the loop does not wait for the slowest rank's env every time."""
+        stop, args = bool(self.stop_signal), self.args
+        if args.world_size > 1:
+            if (global_step // (args.num_envs * args.world_size)) % 16:
+                return False
+            flag = torch.tensor([float(stop)])
+            dist.all_reduce(flag, group=self.cpu_group)
             stop = bool(flag.item() > 0)
         self.stopped = stop
         return stop
@@ -1265,35 +1346,51 @@ class Run:
         every = global_step % args.log_every < args.num_envs * args.world_size or global_step >= args.total_timesteps
         return args.rank == 0 and every
 
-    def log_progress(self, global_step: int, train_policy_steps: int, gradient_steps: int, metrics: dict, episode_returns):
-        """When `log_due`: TensorBoard's charts/ and the training metrics, and the progress line with its ETA."""
-        args, writer = self.args, self.writer
-        if not self.log_due(global_step):
+    def log_progress(self, loop: Loop, episode_returns: list):
+        """Rank 0, when `log_due`: TensorBoard's charts/, the training metrics averaged over the gradient steps since the
+        last log, and the actions' statistics since then (actions/); and the progress line with its ETA, which once
+        training has started also comes every 30 s of wall-clock (hours can pass between two logs on a small CPU)."""
+        args, writer, now = self.args, self.writer, time.time()
+        due = self.log_due(loop.global_step)
+        if args.rank != 0 or not (due or loop.gradient_steps > self.start_gradient_steps and now - self.last_progress >= 30):
             return
-        sps = (global_step - self.start_step) / (time.time() - self.start_time)
-        writer.add_scalar("charts/SPS", sps, global_step)
-        if train_policy_steps:
-            writer.add_scalar("charts/replay_ratio", gradient_steps / train_policy_steps, global_step)
-            writer.add_scalar("charts/gradient_steps", gradient_steps, global_step)
-        self.upload_videos()
-        if metrics:
-            values = torch.stack([v.detach().float() for v in metrics.values()]).cpu().tolist()
-            for key, value in zip(metrics, values):
-                writer.add_scalar(key, value, global_step)
+        sps = (loop.global_step - self.start_step) / (now - self.start_time)
+        if due:
+            writer.add_scalar("charts/SPS", sps, loop.global_step)
+            if loop.train_policy_steps:
+                writer.add_scalar("charts/replay_ratio", loop.gradient_steps / loop.train_policy_steps, loop.global_step)
+                writer.add_scalar("charts/gradient_steps", loop.gradient_steps, loop.global_step)
+            self.upload_videos()
+            if self.metric_count:  # the one wait for the device per log
+                values = (torch.stack(list(self.metric_sums.values())) / self.metric_count).cpu().tolist()
+                for key, value in zip(self.metric_sums, values):
+                    writer.add_scalar(key, value, loop.global_step)
+            if self.action_sums is not None:  # [4, A]: sums of the actions, their squares, their absolute values; count
+                total, square, absolute, count = self.action_sums.cpu().double()
+                mean = total / count
+                if isinstance(self.envs.single_action_space, gym.spaces.Discrete):  # one-hot: each action's share
+                    stats = {"entropy": -(mean * mean.clamp(min=1e-12).log()).sum(), "top_share": mean.max()}
+                else:  # continuous: each dimension's mean, standard deviation and mean absolute value, averaged
+                    std = (square / count - mean.square()).clamp(min=0).sqrt()
+                    stats = {"mean": mean.mean(), "std": std.mean(), "abs_mean": (absolute / count).mean()}
+                for key, value in stats.items():
+                    writer.add_scalar(f"actions/{key}", float(value), loop.global_step)
+            self.metric_sums, self.metric_count, self.action_sums = {}, 0, None
+        self.last_progress = now
         # ETA: the policy steps left at their measured cost, plus the gradient steps left at theirs
-        done_gradient_steps = gradient_steps - self.start_gradient_steps
+        done_gradient_steps = loop.gradient_steps - self.start_gradient_steps
         if args.replay_ratio and not done_gradient_steps:
             eta = "starts with training"
         else:
-            seconds_per_step = (time.time() - self.start_time - self.train_seconds) / (global_step - self.start_step)
-            left = args.replay_ratio * (args.total_timesteps - max(global_step, args.learning_starts))
+            seconds_per_step = (now - self.start_time - self.train_seconds) / (loop.global_step - self.start_step)
+            left = args.replay_ratio * (args.total_timesteps - max(loop.global_step, args.learning_starts))
             left_seconds = left * self.train_seconds / done_gradient_steps if done_gradient_steps else 0.0
-            eta = datetime.timedelta(seconds=int((args.total_timesteps - global_step) * seconds_per_step + left_seconds))
+            eta = datetime.timedelta(seconds=int((args.total_timesteps - loop.global_step) * seconds_per_step + left_seconds))
         recent = f" | return {np.mean(episode_returns[-10:]):.1f}" if episode_returns else ""
         print(
-            f"step {global_step}/{args.total_timesteps} ({100 * global_step / args.total_timesteps:.0f}%) | SPS {sps:.1f}"
-            f" | gradient steps {gradient_steps} | replay ratio {gradient_steps / max(train_policy_steps, 1):.3f}"
-            f" | ETA {eta}{recent}",
+            f"step {loop.global_step}/{args.total_timesteps} ({100 * loop.global_step / args.total_timesteps:.0f}%) | SPS "
+            f"{sps:.1f} | gradient steps {loop.gradient_steps} | replay ratio "
+            f"{loop.gradient_steps / max(loop.train_policy_steps, 1):.3f} | ETA {eta}{recent}",
             flush=True,
         )
 
@@ -1311,7 +1408,7 @@ class Run:
         if self.stopped and args.rank == 0:
             launcher = f"torchrun --standalone --nproc_per_node {args.world_size}" if args.world_size > 1 else "python"
             print(
-                f"stopped by signal at policy step {self.counters['global_step']}; checkpoint written to "
+                f"stopped by signal at policy step {self.loop.global_step}; checkpoint written to "
                 f"{self.checkpoint_path}\nresume with: {launcher} {os.path.basename(__file__)} --resume "
                 f"{self.checkpoint_path} (plus the same flags)"
             )
@@ -1400,19 +1497,19 @@ if __name__ == "__main__":
     carry = ({k: v.detach().clone() for k, v in carry[0].items()}, carry[1])
     run.register(wm=wm, actor=actor, critic=critic, slow_critic=slow_critic, return_norm=return_norm, model_opt=model_opt,
                  actor_opt=actor_opt, critic_opt=critic_opt, ratio=ratio)  # fmt: skip
-    global_step, train_policy_steps, gradient_steps, last_eval, carry = run.start(rb, envs, carry)
+    loop = run.start(rb, envs, Loop(carry=carry))  # a fresh run's state, or --resume's
 
     # TRY NOT TO MODIFY: start the game
-    obs, _ = envs.reset(seed=[args.seed + first_env + i + global_step for i in range(args.num_envs)])
+    obs, _ = envs.reset(seed=[args.seed + first_env + i + loop.global_step for i in range(args.num_envs)])
     is_first = np.ones(args.num_envs, bool)
     autoreset = np.zeros(args.num_envs, bool)  # NEXT_STEP autoreset: the next step() of these envs resets them
     reward, is_terminal = np.zeros(args.num_envs, np.float32), np.zeros(args.num_envs, bool)
     agent_state, prev_action = wm.rssm.initial(args.num_envs), torch.zeros(args.num_envs, action_size, device=device)
-    metrics, episode_returns = {}, []
-    while global_step < args.total_timesteps:
+    episode_returns = []
+    while loop.global_step < args.total_timesteps:
         # ALGO LOGIC: act
         obs_t = torch.as_tensor(obs, device=device).permute(0, 3, 1, 2)  # [N, C, H, W]
-        if global_step < args.learning_starts:  # prefill with random actions: no forward pass needed
+        if loop.global_step < args.learning_starts:  # prefill with random actions: no forward pass needed
             action = F.one_hot(torch.randint(action_size, (args.num_envs,), device=device), action_size).float()
         else:
             with autocast:
@@ -1420,6 +1517,7 @@ if __name__ == "__main__":
                     wm, actor, agent_state, prev_action, obs_t, torch.as_tensor(is_first, device=device), greedy=False
                 )
         prev_action = action.float()
+        run.note_actions(prev_action)
         action_np = action.argmax(-1).cpu().numpy()
         rb.add(
             obs.transpose(0, 3, 1, 2),
@@ -1429,52 +1527,55 @@ if __name__ == "__main__":
             is_terminal,
         )
 
-        # TRY NOT TO MODIFY: execute the game and log data.
+        # ALGO LOGIC: step the envs. With NEXT_STEP autoreset, the step after an episode's last one returns the reset
+        # frame: it starts the next episode (is_first), and its reward and terminal flag belong to no transition
         obs, reward, terminated, truncated, infos = envs.step(action_np)
         is_first, autoreset = autoreset, terminated | truncated
         reward, is_terminal = np.where(is_first, 0.0, reward).astype(np.float32), terminated
-        global_step += args.num_envs * args.world_size
+        loop.global_step += args.num_envs * args.world_size
+
+        # TRY NOT TO MODIFY: log the finished episodes
         if "episode" in infos:
             for i in np.nonzero(infos["_episode"])[0]:
                 episode_returns.append(float(infos["episode"]["r"][i]))
                 if args.rank == 0:
-                    writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
-                    writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
+                    writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], loop.global_step)
+                    writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], loop.global_step)
 
         # ALGO LOGIC: training, as many gradient steps as the replay ratio asks for
         train_start = time.time()
         if len(rb) * args.world_size >= args.learning_starts and rb.can_sample():
-            if run.last_checkpoint is None:  # a state from before the first update, should training blow up early
-                run.save(global_step, train_policy_steps, gradient_steps, last_eval, carry)
-            train_policy_steps += args.num_envs * args.world_size
-            repeats = ratio(train_policy_steps / args.world_size)
+            run.save_before_first_update(loop)
+            loop.train_policy_steps += args.num_envs * args.world_size
+            repeats = ratio(loop.train_policy_steps / args.world_size)
             for _ in range(repeats):
                 batch = to_device(rb.sample(), device)
-                carry, metrics, checks = train_step(wm, actor, critic, slow_critic, return_norm, model_opt, actor_opt,
-                                                    critic_opt, batch, carry, loss_scales, args, autocast)  # fmt: skip
-                run.nonfinite.note(checks, global_step, args.world_size)
-                gradient_steps += args.world_size
-                if args.rank == 0 and args.video_every and (gradient_steps // args.world_size) % args.video_every == 0:
+                loop.carry, metrics, checks = train_step(wm, actor, critic, slow_critic, return_norm, model_opt,
+                                                         actor_opt, critic_opt, batch, loop.carry, loss_scales, args,
+                                                         autocast)  # fmt: skip
+                run.note_train(metrics, checks, loop.global_step)
+                loop.gradient_steps += args.world_size
+                if args.rank == 0 and args.video_every and (loop.gradient_steps // args.world_size) % args.video_every == 0:
                     with autocast:
-                        writer.add_video("charts/dream", dream_video(wm, batch), global_step, fps=15)
+                        writer.add_video("charts/dream", dream_video(wm, batch), loop.global_step, fps=15)
             if repeats:  # the one wait for the device per round of gradient steps
                 run.check_finite()
-        run.train_seconds += time.time() - train_start
+        run.add_training_time(time.time() - train_start)
 
         # logging, evaluation, checkpoints
-        run.log_progress(global_step, train_policy_steps, gradient_steps, metrics, episode_returns)
-        done = global_step >= args.total_timesteps
-        if args.eval_episodes and (args.eval_every and global_step - last_eval >= args.eval_every or done):
-            last_eval = global_step
+        run.log_progress(loop, episode_returns)
+        done = loop.global_step >= args.total_timesteps
+        if args.eval_episodes and (args.eval_every and loop.global_step - loop.last_eval >= args.eval_every or done):
+            loop.last_eval = loop.global_step
             if args.rank == 0:
                 eval_fn = make_env(args.env_id, args.seed + 100_000, 1, False, run.run_name, **env_kwargs)
                 eval_returns = evaluate(
-                    wm, actor, eval_fn, args.eval_episodes, args.eval_greedy, device, autocast, args.seed + global_step
+                    wm, actor, eval_fn, args.eval_episodes, args.eval_greedy, device, autocast, args.seed + loop.global_step
                 )
-                run.log_eval(global_step, eval_returns)
-        stop = run.stop_requested()  # SIGINT / SIGTERM on any rank
-        if done or stop or run.checkpoint_due(global_step):
-            run.save(global_step, train_policy_steps, gradient_steps, last_eval, carry)
+                run.log_eval(loop.global_step, eval_returns)
+        stop = run.stop_requested(loop.global_step)  # SIGINT / SIGTERM on any rank
+        if done or stop or run.checkpoint_due(loop.global_step):
+            run.save(loop)
         if stop:
             break
 

@@ -1461,7 +1461,7 @@ if __name__ == "__main__":
                  critic_opt=critic_opt, ratio=ratio)  # fmt: skip
     loop = run.start(rb, envs, Loop(carry=carry))  # a fresh run's state, or --resume's
 
-    # TRY NOT TO MODIFY: start the game
+    # ALGO LOGIC: start the game; each env's first frame starts an episode (is_first)
     obs, _ = envs.reset(seed=[args.seed + first_env + i + loop.global_step for i in range(args.num_envs)])
     is_first = np.ones(args.num_envs, bool)
     autoreset = np.zeros(args.num_envs, bool)  # NEXT_STEP autoreset: the next step() of these envs resets them
@@ -1480,18 +1480,11 @@ if __name__ == "__main__":
                 )
         prev_action = action.float()
         run.note_actions(prev_action)
-        action_np = action.argmax(-1).cpu().numpy()
-        rb.add(
-            obs.transpose(0, 3, 1, 2),
-            F.one_hot(torch.as_tensor(action_np), action_size).numpy(),
-            reward,
-            is_first,
-            is_terminal,
-        )
+        action_np = prev_action.cpu().numpy()  # [N, A] one-hot
+        rb.add(obs.transpose(0, 3, 1, 2), action_np, reward, is_first, is_terminal)
 
-        # ALGO LOGIC: step the envs. With NEXT_STEP autoreset, the step after an episode's last one returns the reset
-        # frame: it starts the next episode (is_first), and its reward and terminal flag belong to no transition
-        obs, reward, terminated, truncated, infos = envs.step(action_np)
+        # ALGO LOGIC: step the envs; after an episode's last step the next one returns the reset frame (is_first)
+        obs, reward, terminated, truncated, infos = envs.step(action_np.argmax(-1))
         is_first, autoreset = autoreset, terminated | truncated
         reward, is_terminal = np.where(is_first, 0.0, reward).astype(np.float32), terminated
         loop.global_step += args.num_envs * args.world_size

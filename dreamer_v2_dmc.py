@@ -1640,7 +1640,7 @@ if __name__ == "__main__":
         print(in_paper_terms(args))
     loop = run.start(rb, envs, Loop(carry=carry))  # a fresh run's state, or --resume's
 
-    # TRY NOT TO MODIFY: start the game
+    # ALGO LOGIC: start the game; each env's first frame starts an episode (is_first)
     obs, _ = envs.reset(seed=[args.seed + first_env + i + loop.global_step for i in range(args.num_envs)])
     is_first = np.ones(args.num_envs, bool)
     autoreset = np.zeros(args.num_envs, bool)  # NEXT_STEP autoreset: the next step() of these envs resets them
@@ -1664,8 +1664,7 @@ if __name__ == "__main__":
         action_np = prev_action.cpu().numpy()
         rb.add(obs.transpose(0, 3, 1, 2), action_np, reward, is_first, is_terminal)
 
-        # ALGO LOGIC: step the envs. With NEXT_STEP autoreset, the step after an episode's last one returns the reset
-        # frame: it starts the next episode (is_first), and its reward and terminal flag belong to no transition
+        # ALGO LOGIC: step the envs; after an episode's last step the next one returns the reset frame (is_first)
         obs, reward, terminated, truncated, infos = envs.step(action_np)
         is_first, autoreset = autoreset, terminated | truncated
         reward, is_terminal = np.where(is_first, 0.0, reward).astype(np.float32), terminated

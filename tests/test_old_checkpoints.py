@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import ROOT, assert_ok, run, tensorboard
+from tests.helpers import ROOT, assert_ok, error_lines, run, tensorboard
 
 SMALL = (
     "--learning-starts 128 --batch-size 2 --batch-length 8 --deter-size 8 --hidden-size 8 --cnn-depth 2 --mlp-units 8 "
@@ -74,3 +74,37 @@ def test_an_old_checkpoint_plays_with_eval_model(name: str, tmp_path: Path):
     result = run(script, f"--eval-model {path} --eval-episodes 1 --no-cuda", tmp_path)
     assert_ok(result)
     assert f"eval of {path} (policy step 200) on {old['args']['env_id']}: mean return" in result.stdout
+
+
+def fork_with_a_new_flag(script: str, folder: Path) -> Path:
+    """A copy of the script under its own name in `folder` (a checkpoint names the script it belongs to), with one new
+    flag, `--gru-blocks` (default 1), added to Args and RESUME_FLAGS as docs/forking.md's checklist says."""
+    text = (ROOT / script).read_text()
+    anchor = "    # World model\n"
+    assert text.count(anchor) == 1 and text.count("RESUME_FLAGS = (") == 1
+    flag = '    gru_blocks: int = 1\n    """blocks of the block-diagonal GRU (1: the plain GRU)"""\n'
+    text = text.replace(anchor, anchor + flag)
+    text = text.replace("RESUME_FLAGS = (", 'RESUME_FLAGS = ("gru_blocks", ')
+    folder.mkdir()
+    (folder / script).write_text(text)
+    return folder / script
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_an_old_checkpoint_resumes_in_a_fork_with_a_new_flag(name: str, tmp_path: Path):
+    """A checkpoint written before a flag existed resumes with the flag's default and says so in one line; asking for
+    another value is the usual one-line refusal, naming the flag (before: a KeyError traceback)."""
+    script, flags = SCRIPTS[name]
+    fork = fork_with_a_new_flag(script, tmp_path / "fork")
+    path, old = old_checkpoint(name, tmp_path)
+    other = run(str(fork), f"{SMALL} {flags} --gru-blocks 8 --eval-episodes 0 --total-timesteps 400 --resume {path}", tmp_path)
+    assert other.returncode != 0 and "Traceback" not in other.stderr, other.stderr
+    assert error_lines(other) == [
+        f"{script}: error: --resume {path}: the checkpoint was trained with --gru-blocks 1 (its default: the checkpoint "
+        "predates the flag) (this run has 8); pass the same values"
+    ]
+    result = run(str(fork), f"{SMALL} {flags} --eval-episodes 0 --total-timesteps 400 --resume {path}", tmp_path)
+    assert_ok(result)
+    assert "--resume: the checkpoint predates --gru-blocks; it resumes with the default 1" in result.stdout
+    assert f"resumed {old['run_name']} at policy step 200, 19 gradient steps" in result.stdout
+    assert torch.load(path, weights_only=False)["args"]["gru_blocks"] == 1  # the new checkpoint knows the flag

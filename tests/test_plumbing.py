@@ -5,9 +5,15 @@ of their own: no `global`, no function defined inside them."""
 import ast
 import difflib
 import inspect
+import math
 import re
+import time
+from types import SimpleNamespace
 
 import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 import dreamer_v1_atari as v1
 import dreamer_v2_atari as v2
@@ -77,8 +83,6 @@ def test_the_main_block_keeps_no_plumbing(script: str):
 def test_a_periodic_checkpoint_falls_once_in_every_checkpoint_interval(num_envs: int, world_size: int):
     """The policy step grows by num_envs x world_size per iteration; Run.checkpoint_due is true at exactly one iteration
     of every --checkpoint-every policy steps, the first one at or past each multiple; with 0, never."""
-    from types import SimpleNamespace
-
     stride = num_envs * world_size
     steps = range(stride, 20_000 + stride, stride)  # to the first step at or past 20,000
     for every in (100, 250, 1000):
@@ -87,3 +91,137 @@ def test_a_periodic_checkpoint_falls_once_in_every_checkpoint_interval(num_envs:
         assert due == [next(s for s in steps if s >= k * every) for k in range(1, 20_000 // every + 1)], every
     run = SimpleNamespace(args=SimpleNamespace(checkpoint_every=0, num_envs=num_envs, world_size=world_size))
     assert not any(v3.Run.checkpoint_due(run, step) for step in steps)
+
+
+# ---------------------------------------------------------------- init_weights (issue 30)
+
+
+class BlockLinear(nn.Module):
+    """A fork's new layer: a 3-D weight from torch.empty, which init_weights has no rule for."""
+
+    def __init__(self, blocks: int = 2, size: int = 3):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(blocks, size, size))
+
+
+class BlockLinearWithReset(BlockLinear):
+    def reset_parameters(self):
+        nn.init.orthogonal_(self.weight)
+
+
+@pytest.mark.parametrize("module", [v1, v2, v3, v2_dmc], ids=lambda m: m.__name__)
+def test_init_weights_stops_on_a_layer_it_has_no_rule_for(module):
+    net = nn.Sequential(nn.Linear(3, 3), BlockLinear())
+    with pytest.raises(SystemExit) as stop:
+        module.init_weights(net)
+    assert "init_weights: Sequential.1 (BlockLinear) has parameters with no initialisation rule (weight (2, 3, 3))" in str(
+        stop.value
+    )
+    net = nn.Sequential(nn.Linear(3, 3), BlockLinearWithReset(), nn.LayerNorm(3))
+    net[1].weight.data.fill_(float("nan"))
+    net[2].weight.data.fill_(float("nan"))
+    module.init_weights(net)  # a layer with reset_parameters() initialises itself
+    assert all(torch.isfinite(p).all() for p in net.parameters())
+    assert torch.equal(net[2].weight, torch.ones(3))
+
+
+@pytest.mark.parametrize("module", [v1, v2, v3, v2_dmc], ids=lambda m: m.__name__)
+def test_every_parameter_of_the_networks_is_initialised(module, monkeypatch):
+    """Build the world model with torch.empty memory poisoned to NaN: init_weights must overwrite every parameter."""
+    empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, **kw: empty(*a, **kw).fill_(float("nan")))
+    sizes = dict(deter_size=8, hidden_size=8, cnn_depth=2, mlp_units=8, stoch_size=2)
+    args = module.Args(**sizes, **({"mlp_layers": 1} if hasattr(module.Args, "mlp_layers") else {}))
+    wm = module.WorldModel((3, 64, 64), 3, args)
+    bad = [name for name, p in wm.named_parameters() if not torch.isfinite(p).all()]
+    assert not bad, bad
+
+
+# ---------------------------------------------------------------- what log_progress writes (issue 28)
+
+
+class Recorder:
+    def __init__(self):
+        self.scalars = {}
+
+    def add_scalar(self, tag, value, step):
+        self.scalars.setdefault(tag, []).append((step, float(value)))
+
+
+def fake_run(module, action_space):
+    """A Run of `module` with only what log_progress, note_train and note_actions read."""
+    run = object.__new__(module.Run)
+    run.args = SimpleNamespace(rank=0, world_size=1, num_envs=1, log_every=100, total_timesteps=1000, replay_ratio=1.0,
+                               learning_starts=0, track=False, capture_video=False)  # fmt: skip
+    run.writer, run.envs, run.uploaded_videos = Recorder(), SimpleNamespace(single_action_space=action_space), set()
+    run.nonfinite = module.NonFinite(0, torch.device("cpu"))
+    run.start_time, run.train_seconds, run.start_step, run.start_gradient_steps = time.time() - 10, 1.0, 0, 0
+    run.last_progress, run.metric_sums, run.metric_count, run.action_sums = time.time(), {}, 0, None
+    return run
+
+
+def test_training_metrics_are_averaged_over_the_logging_interval(capsys):
+    import gymnasium as gym
+
+    run = fake_run(v3, gym.spaces.Box(-1, 1, (2,)))
+    checks = {"loss": torch.tensor(1.0)}
+    for loss in (1.0, 2.0, 6.0):
+        run.note_train({"losses/model": torch.tensor(loss)}, checks, 50)
+    for action in ([0.5, -1.0], [-0.5, 1.0]):
+        run.note_actions(torch.tensor([action]))
+    loop = v3.Loop(global_step=99, train_policy_steps=99, gradient_steps=3)
+    run.log_progress(loop, [])
+    assert run.writer.scalars == {} and capsys.readouterr().out == ""  # not due, and under 30 s since the last line
+    loop.global_step = 100
+    run.log_progress(loop, [])
+    scalars = run.writer.scalars
+    assert scalars["losses/model"] == [(100, 3.0)]  # the mean of the 3 gradient steps, not the last one
+    assert scalars["actions/mean"] == [(100, 0.0)] and scalars["actions/abs_mean"] == [(100, 0.75)]
+    assert scalars["actions/std"] == [(100, 0.75)]  # dimension 0: 0.5, dimension 1: 1.0
+    assert "step 100/1000 (10%)" in capsys.readouterr().out
+    run.note_train({"losses/model": torch.tensor(10.0)}, checks, 150)
+    loop.global_step, loop.gradient_steps = 200, 4
+    run.log_progress(loop, [])
+    assert scalars["losses/model"][-1] == (200, 10.0)  # the sums start again after each log
+
+
+def test_discrete_actions_log_their_entropy_and_the_top_share():
+    import gymnasium as gym
+
+    run = fake_run(v2, gym.spaces.Discrete(4))
+    for index in (0, 0, 0, 1):
+        run.note_actions(F.one_hot(torch.tensor([index]), 4).float())
+    run.log_progress(v2.Loop(global_step=100), [])
+    assert run.writer.scalars["actions/top_share"] == [(100, 0.75)]
+    assert run.writer.scalars["actions/entropy"][0][1] == pytest.approx(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25)))
+
+
+def test_the_progress_line_comes_every_30_seconds_once_training_runs(capsys):
+    import gymnasium as gym
+
+    run = fake_run(v1, gym.spaces.Discrete(2))
+    run.last_progress = time.time() - 31
+    run.log_progress(v1.Loop(global_step=30, train_policy_steps=30, gradient_steps=0), [])
+    assert capsys.readouterr().out == ""  # no gradient step yet: the line waits for --log-every
+    run.log_progress(v1.Loop(global_step=31, train_policy_steps=31, gradient_steps=1), [])
+    assert "step 31/1000 (3%)" in capsys.readouterr().out
+    assert run.writer.scalars == {}  # TensorBoard still records only every --log-every
+    run.log_progress(v1.Loop(global_step=32, train_policy_steps=32, gradient_steps=2), [])
+    assert capsys.readouterr().out == ""  # the next one 30 s later
+
+
+def test_the_ranks_compare_their_stop_flags_every_16th_iteration_on_the_cpu(monkeypatch):
+    calls = []
+
+    def all_reduce(tensor, group=None):
+        calls.append(tensor.device.type)
+        tensor.mul_(2)  # as if the other rank had the same flag
+
+    monkeypatch.setattr(v3.dist, "all_reduce", all_reduce)
+    run = SimpleNamespace(args=SimpleNamespace(world_size=2, num_envs=3), stop_signal=[15], cpu_group=None, stopped=False)
+    stride = 6
+    stops = [v3.Run.stop_requested(run, step) for step in range(stride, 40 * stride + 1, stride)]
+    assert [i + 1 for i, stop in enumerate(stops) if stop] == [16, 32]  # iterations 16 and 32: the same on every rank
+    assert calls == ["cpu", "cpu"]
+    run.args.world_size = 1
+    assert v3.Run.stop_requested(run, 7) and calls == ["cpu", "cpu"]  # one process: at once, without a collective

@@ -1,0 +1,29 @@
+"""benchmarks/dmc_baselines.py: the reference policies' episodes have the scripts' env settings."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+pytest.importorskip("dm_control")
+import dmc_baselines  # noqa: E402
+
+
+def test_action_repeat_sums_every_control_step_and_episodes_are_1000_frames():
+    """The zero action does not depend on when it is chosen, so its return must be the same with every action repeat
+    (the rewards of all 1000 control steps summed, none skipped), in 1000 / repeat policy steps; a seed gives the same
+    episode twice, and another seed another one."""
+    one, steps_one = dmc_baselines.episode_return("cartpole-balance", "zero", seed=3, action_repeat=1)
+    two, steps_two = dmc_baselines.episode_return("cartpole-balance", "zero", seed=3, action_repeat=2)
+    assert (steps_one, steps_two) == (1000, 500)
+    assert two == pytest.approx(one, rel=1e-9)
+    assert dmc_baselines.episode_return("cartpole-balance", "zero", seed=3, action_repeat=2)[0] == two
+    assert dmc_baselines.episode_return("cartpole-balance", "zero", seed=4, action_repeat=2)[0] != two
+    random, _ = dmc_baselines.episode_return("cartpole-balance", "random", seed=3, action_repeat=2)
+    assert 0 < random < two  # uniform actions shake the pole more than no action at all
+
+
+def test_unknown_policy():
+    with pytest.raises(SystemExit, match="unknown policy 'greedy'"):
+        dmc_baselines.main(dmc_baselines.Baselines(seeds=1, policies=("greedy",)))

@@ -129,3 +129,157 @@ def test_wall_clock_of_a_resumed_run_leaves_out_the_pause(tmp_path: Path):
     run = plot_curves.read_run(str(run_dir))
     assert run["wall"] == pytest.approx(800.0)  # 400 s each; first to last event would give 5,000 s
     assert run["train"][0].tolist() == list(range(10, 110, 10))
+
+
+# Lines as the official DreamerV2's train.py writes them to LOGDIR/metrics.jsonl (`step` in env frames; the first lines
+# of a real run, values shortened): two prefill training episodes, the evaluations of the random policy and of the
+# pretrain-only agent at the prefill's end, then averaged training metrics every log_every.
+OFFICIAL_LINES = [
+    {"step": 1000, "train_return": 380.9, "train_length": 500.0, "train_total_steps": 500.0},
+    {"step": 2000, "train_return": 297.0, "train_length": 500.0, "train_total_steps": 1000.0},
+    {"step": 2000, "eval_return": 341.4, "eval_length": 500.0},
+    {"step": 2000, "eval_return": 240.5, "eval_length": 500.0},
+    {"step": 2002, "kl_loss": 1.0, "image_loss": 11307.1, "reward_loss": 1.06, "model_kl": 0.69, "actor_ent": 0.66},
+]
+
+
+def write_official_run(run_dir: Path, seed: int, lines: list, partial: str = ""):
+    """A logdir of the official code: config.yaml (the seed) and metrics.jsonl, with an unfinished last line if given."""
+    import json
+
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(f"action_repeat: 2\nseed: {seed}\nsteps: 50000.0\n")
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines) + partial)
+
+
+def official_runs(tmp_path: Path) -> str:
+    """Two seeds of the official code to 4,000 frames; returns their GLOB."""
+    later = [
+        {"step": 3000, "train_return": 500.0},
+        {"step": 3002, "kl_loss": 3.0, "image_loss": 9000.0},
+        {"step": 4000, "train_return": 700.0},
+        {"step": 4000, "kl_loss": 5.0, "eval_return": 800.0},
+    ]
+    write_official_run(tmp_path / "official" / "run_1", 1, OFFICIAL_LINES + later, partial='{"step": 4002, "kl_lo')
+    write_official_run(tmp_path / "official" / "run_2", 2, OFFICIAL_LINES[:4] + [{"step": 3000, "train_return": 100.0}])
+    return f"{tmp_path}/official/run_*"
+
+
+def test_read_official_run(tmp_path: Path):
+    """metrics.jsonl's returns and metrics by key, x as logged (frames); the unfinished line the run is writing is
+    skipped; the seed comes from config.yaml."""
+    official_runs(tmp_path)
+    run = plot_curves.read_official_run(str(tmp_path / "official" / "run_1"))
+    assert run["seed"] == "seed 1"
+    assert run["train"][0].tolist() == [1000, 2000, 3000, 4000] and run["train"][1].tolist() == [380.9, 297.0, 500.0, 700.0]
+    assert run["eval"][0].tolist() == [2000, 2000, 4000] and run["eval"][1].tolist() == [341.4, 240.5, 800.0]
+    assert run["metrics"]["kl_loss"][0].tolist() == [2002, 3002, 4000]
+    assert run["metrics"]["kl_loss"][1].tolist() == [1.0, 3.0, 5.0]
+    assert "train_return" not in run["metrics"] and "eval_return" not in run["metrics"]
+
+
+def test_official_runs_beside_ours_per_seed_with_table_rows(tmp_path: Path, capsys):
+    """--official-run: each seed of the official code gets --at rows: its last evaluation at or before X (the frame
+    said when it is not X) and its training episodes in the window before X; a run that has not reached X gets dashes.
+    The summary table has a row for them too."""
+    pattern = official_runs(tmp_path)
+    write_run(tmp_path / "runs" / "env__a__1__100", [(s, 5.0) for s in range(500, 2500, 500)], [(1500, 9.0)])
+    out = tmp_path / "c.png"
+    args = dict(group=[f"A={tmp_path}/runs/env__a__*"], out=str(out), window=1000, frames_per_step=2, per_seed=True)
+    plot_curves.main(plot_curves.Plot(official_run=[f"B={pattern}"], at=[3000, 4000], **args))
+    printed = capsys.readouterr().out
+    # window 2,000 frames: (1000, 3000] holds seed 1's 297 and 500, seed 2's 297 and 100; its last evaluation before
+    # 3,000 is the pretrain-only one at 2,000 (the random policy's came first)
+    assert "| 3,000 | B seed 1 | 240.5 (at 2,000) | 398.5 (2 episodes) | - |" in printed, printed
+    assert "| 3,000 | B seed 2 | 240.5 (at 2,000) | 198.5 (2 episodes) | - |" in printed, printed
+    assert "| 4,000 | B seed 1 | 800.0 | 600.0 (2 episodes) | - |" in printed, printed
+    assert "| 4,000 | B seed 2 | - | - | - |" in printed, printed  # seed 2 stopped at 3,000 frames
+    assert "| 3,000 | A seed 1 | 9.0 | 5.0 (2 episodes) | - |" in printed, printed  # ours: evaluation at policy step 1500
+    # last 100 training episodes: seed 1 (380.9 + 297 + 500 + 700) / 4 = 469.475, seed 2 259.3; final evaluations 800, 240.5
+    assert "| B | 2 | +364.39 (min +259.30, max +469.48) | +520.25 (min +240.50, max +800.00) | - |" in printed, printed
+    assert out.stat().st_size > 10_000
+    plot_curves.main(plot_curves.Plot(official_run=[f"B={pattern}"], out=str(out)))  # the official runs alone
+    with pytest.raises(SystemExit, match="matches no run directory with a metrics.jsonl"):
+        plot_curves.main(plot_curves.Plot(official_run=[f"B={tmp_path}/runs/*"], out=str(out)))
+
+
+def test_unbin_moves_each_bin_to_its_evaluations():
+    """dreamerv2's DMC file: 30k-frame bins labelled by their right edge, evaluations at 2k (random policy, then the
+    pretrain-only agent), 22k, 42k, ...: the 30k bin (2k, 2k, 22k) is left out, 60k is the evaluation at 42k, 90k the
+    mean of 62k and 82k, 120k the one at 102k."""
+    xs, ys = np.array([30000.0, 60000, 90000, 120000]), np.array([300.0, 500, 800, 950])
+    moved_xs, moved_ys = plot_curves.unbin(xs, ys, 30000, 2000, 20000)
+    assert moved_xs.tolist() == [42000, 72000, 102000] and moved_ys.tolist() == [500, 800, 950]
+    with pytest.raises(SystemExit, match="points off its bin edges"):
+        plot_curves.unbin(np.array([30000.0, 45000]), ys[:2], 30000, 2000, 20000)
+
+
+def test_official_binned_in_the_table(tmp_path: Path, capsys):
+    """--official-binned: the --at table interpolates between the moved points, so at 102,000 frames it gives the
+    120k bin's values (the evaluation at 102k), and at 30,000 (before the first kept point) none."""
+    official, args = write_official_and_our_run(
+        tmp_path,
+        '[{"task": "t", "method": "m", "seed": "0", "xs": [30000, 60000, 90000, 120000], "ys": [300, 500, 800, 950]},'
+        ' {"task": "t", "method": "m", "seed": "1", "xs": [30000, 60000, 90000, 120000], "ys": [200, 400, 700, 910]}]',
+    )
+    plot_curves.main(
+        plot_curves.Plot(official=str(official), official_task="t", official_binned=30000, at=[30000, 102000], **args)
+    )
+    printed = capsys.readouterr().out
+    assert "| 102,000 | A seed 1 | - | - | 910, 950; 930 |" in printed, printed
+    assert "| 30,000 | A seed 1 | - | - | - |" in printed, printed
+    plot_curves.main(plot_curves.Plot(official=str(official), official_task="t", at=[102000], **args))
+    # as published, interpolated between the 90k and 120k points: 800 + 0.4 x 150 and 700 + 0.4 x 210
+    assert "| 102,000 | A seed 1 | - | - | 784, 860; 822 |" in capsys.readouterr().out
+
+
+def test_title_hlines_and_ylim(tmp_path: Path):
+    """Every figure has a title (the labels when --title is not given); --hline draws labelled lines; --ylim sets the
+    range."""
+    import matplotlib.pyplot as plt
+
+    write_run(tmp_path / "runs" / "a__1", [(s, 1.0) for s in range(10, 410, 10)], [])
+    args = dict(group=[f"A={tmp_path}/runs/a__*"], out=str(tmp_path / "c.png"), window=100)
+    plt.close("all")
+    plot_curves.main(plot_curves.Plot(hline=["zero action=749", "random actions=315.5"], ylim=(0.0, 1000.0), **args))
+    ax = plt.gcf().axes[0]
+    assert ax.get_title() == "episodic return: A"
+    assert ax.get_ylim() == (0.0, 1000.0)
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "zero action (749)" in legend and "random actions (315.5)" in legend
+    assert sorted(line.get_ydata()[0] for line in ax.lines if line.get_linestyle() == ":") == [315.5, 749]
+    plot_curves.main(plot_curves.Plot(title="Catch", **args))
+    assert plt.gcf().axes[0].get_title() == "Catch"
+    with pytest.raises(SystemExit, match="--hline 'zero': use LABEL=VALUE"):
+        plot_curves.main(plot_curves.Plot(hline=["zero"], **args))
+    with pytest.raises(SystemExit, match="'x' is not a number"):
+        plot_curves.main(plot_curves.Plot(hline=["zero=x"], **args))
+
+
+def test_metric_figure_and_table(tmp_path: Path, capsys):
+    """--metric OURS=THEIRS: a second PNG, and at each --at the mean of each seed's logged values in the window before
+    it, ours (policy steps x frames per step) beside theirs (frames); a key nobody logged stops with the keys there."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    pattern = official_runs(tmp_path)
+    writer = SummaryWriter(str(tmp_path / "runs" / "env__a__1__100"))
+    for step in range(250, 2250, 250):
+        writer.add_scalar("charts/episodic_return", 1.0, step)
+        writer.add_scalar("losses/kl", step / 250, step)  # 1, 2, ... 8 at policy steps 250 ... 2000
+    writer.close()
+    out = tmp_path / "c.png"
+    args = dict(group=[f"A={tmp_path}/runs/env__a__*"], official_run=[f"B={pattern}"], out=str(out), window=1000)
+    plot_curves.main(plot_curves.Plot(metric=["losses/kl=kl_loss"], frames_per_step=2, at=[4000], **args))
+    printed = capsys.readouterr().out
+    # (2000, 4000] frames: ours at policy steps 1250 ... 2000 -> 5, 6, 7, 8; seed 1's kl_loss at 2002, 3002, 4000 -> 1,
+    # 3, 5
+    assert "| 4,000 | losses/kl / kl_loss | A seed 1 | 6.5 (4 logged) |" in printed, printed
+    assert "| 4,000 | losses/kl / kl_loss | B seed 1 | 3 (3 logged) |" in printed, printed
+    assert "| 4,000 | losses/kl / kl_loss | B seed 2 | - |" in printed, printed
+    assert (tmp_path / "c_metrics.png").stat().st_size > 10_000
+    with pytest.raises(
+        SystemExit, match="no --official-run run logged 'kl'; they logged actor_ent, eval_length, image_loss, kl_loss"
+    ):
+        plot_curves.main(plot_curves.Plot(metric=["losses/kl=kl"], **args))
+    with pytest.raises(SystemExit, match="no --group run logged 'losses/klx'; they logged charts/episodic_return, losses/kl"):
+        plot_curves.main(plot_curves.Plot(metric=["losses/klx=kl_loss"], **args))

@@ -70,6 +70,7 @@ import gzip
 import json
 import os
 import re
+import textwrap
 import warnings
 from dataclasses import dataclass, field
 from typing import Annotated, List, Optional, Tuple
@@ -297,7 +298,7 @@ def metric_table_and_figure(args: Plot, pairs: list, groups: list, official_runs
         ax.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=2, frameon=False)
-    fig.suptitle(f"{title}: training metrics, each seed averaged over windows of {window:,} {unit}", fontsize=10)
+    fig.suptitle(f"{title}: training metrics, each seed averaged over windows of {window:,} {unit}", fontsize=10, wrap=True)
     fig.tight_layout(rect=(0, 0.04 + 0.025 * ((len(labels) + 1) // 2), 1, 1))
     out = args.metric_out or os.path.splitext(args.out)[0] + "_metrics.png"
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
@@ -440,7 +441,7 @@ def main(args: Plot):
     title = args.title or "episodic return: " + ", ".join(labels)
     ax.set_xlabel("frames" if args.frames_per_step > 1 or official or official_runs else "policy steps")
     ax.set_ylabel("episodic return")
-    ax.set_title(title)
+    ax.set_title("\n".join(textwrap.wrap(title, 72)), fontsize=11)  # a long title in lines, not cut off
     if args.ylim:
         ax.set_ylim(*args.ylim)
     ax.grid(alpha=0.3)

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Runs the official DreamerV2 (danijar/dreamerv2, TensorFlow, last commit 07d906e) at the settings of one of our
-# commands, so that its curve can be drawn beside ours (docs/results.md, "Parity with the official code").
+# commands, so that its curve can be drawn beside ours (docs/parity.md).
 #
 #   bash benchmarks/parity/dreamerv2_official.sh setup
 #   bash benchmarks/parity/dreamerv2_official.sh run PRESET SEED LOGDIR [more official flags, e.g. --steps 3e4]
 #
-# PRESET is one of ours, spelled as its `--exp-name` in docs/results.md (the table there maps every one of our flags to
+# PRESET is one of ours, spelled as its `--exp-name` in docs/results.md (docs/parity.md maps every one of our flags to
 # its config key):
 #   cartpole_balance_reduced   dreamer_v2_dmc.py, cartpole-balance from pixels, the reduced model (2.27M parameters)
 #
@@ -14,7 +14,7 @@
 # the few compatibility edits below as scripted substitutions, and builds a virtualenv there with the versions that
 # run it on a current Linux (TensorFlow 2.15 CPU; see the pins). The run is CPU-only, one thread, fp32 (`--precision
 # 32`: its float16 needs a GPU). It resumes from LOGDIR when LOGDIR holds a run already (variables.pkl and the
-# episodes it wrote); its curve is LOGDIR/metrics.jsonl, read by benchmarks/plot_curves.py --official-jsonl.
+# episodes it wrote); its curve is LOGDIR/metrics.jsonl, read by benchmarks/plot_curves.py --official-run "LABEL=GLOB".
 set -euo pipefail
 
 COMMIT=07d906e
@@ -57,7 +57,7 @@ preset_flags() {
     case "$1" in
         cartpole_balance_reduced)
             # dreamer_v2_dmc.py --env-id cartpole-balance --total-timesteps 50000 --cnn-depth 16 --mlp-units 200
-            #   --mlp-layers 2 --stoch-size 16 --classes 16 --precision fp32 --eval-every 5000 --eval-episodes 1
+            #   --mlp-layers 2 --stoch-size 16 --classes 16 --precision 32 --eval-every 5000 --eval-episodes 1
             echo --configs dmc_vision --task dmc_cartpole_balance --precision 32 --steps 5e4 \
                 --eval_every 5e3 --eval_eps 1 --log_every 500 \
                 --encoder.cnn_depth 16 --decoder.cnn_depth 16 \

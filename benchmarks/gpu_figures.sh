@@ -15,7 +15,8 @@
 #    seed 1, for DMC_STEPS policy steps (default 50,000 = 100k frames, the reduced CPU runs' length; docs/results.md)
 #    or until DMC_SECONDS (default 480) have passed, so that it fits the device's 10-minute command limit with the
 #    install (the run stops cleanly on timeout's SIGTERM, at whatever frame count it reached; its evaluations every 10k
-#    frames up to there are the figures, beside the official 281-330 at 30k, 484-683 at 60k, 797-937 at 100k). From
+#    frames up to there are the figures, beside the official evaluations 484-683 at 42k, 727-916 at 62k-82k and 915-978
+#    at 102k frames: the published file's 60k, 90k and 120k points, 30k-frame bins labelled by their right edge). From
 #    its operation count (about 11k kernels per gradient step, one gradient step every 5 policy steps) we expect 30k to
 #    70k frames in 480 s, not 100k: an estimate; part 1's v2-dmc rows tell. It needs dm_control, mujoco and EGL.
 # PARTS (default "speed learning") picks the parts: any of speed (1, 3), learning (2) and dmc (4). A session's 15

@@ -64,8 +64,8 @@ def script_path(name: str) -> Path:
 def load_script(name: str):
     """The module of script_path(name), imported under its own name (the file's stem: `dreamer_v3_atari`, or
     `dreamer_v3_blockgru` for a fork) and cached in sys.modules, so that every test file and `import dreamer_v3_atari`
-    share one module. A fork outside the repo root has its folder put on sys.path first, as `python path/to/fork.py`
-    would, so its `from ratio import Ratio` finds a ratio.py beside it, or else the repo root's."""
+    share one module. A fork outside the repo root has its folder put on sys.path, as `python path/to/fork.py` would, so
+    that its module can be found again by name (by pickle, or in a spawned subprocess)."""
     path = script_path(name)
     module = sys.modules.get(path.stem)
     if module is not None:

@@ -50,8 +50,8 @@ def test_copies_pass_the_tests_of_their_scripts(tmp_path: Path):
     a few gradient steps with --model-lr 1e30, a checkpoint that records the copy's file name, and one error line that
     starts with it) and the bad-input case resume_other_script (a refused checkpoint of another script: one error line,
     no runs/). The other run tests take minutes each and test the same plumbing under the same name, so they stay out.
-    Measured: 135 tests in 115 s of CPU time, most of it the unit and maths tests (311 s of wall time on the project's
-    2-core CPU, which four training runs were sharing).
+    Measured: 135 tests in 85-115 s of CPU time, most of it the unit and maths tests (3.5-5 minutes of wall time on the
+    project's 2-core CPU, which four training runs were sharing).
 
     It fails if any of those tests fails, errors or is skipped, if one of them was not run, or if the tests imported an
     original script instead of its copy."""

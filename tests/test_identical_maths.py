@@ -1,4 +1,4 @@
-"""Speed work must not change what is learned: for every script, the losses and gradients of one gradient step match a
+r"""Speed work must not change what is learned: for every script, the losses and gradients of one gradient step match a
 straightforward reference computation on the same batch and weights, in fp32, to a tight tolerance.
 
 The scripts' `RSSM.observe` is arranged for speed (the embedding's share of the posterior's first layer runs on all

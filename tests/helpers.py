@@ -1,8 +1,10 @@
-"""What the script tests share: running a dreamer script as a subprocess in a temporary directory (runs/ and videos/ land
-there, the repo root on PYTHONPATH for `from ratio import Ratio` and `tests.catch_env`), reading its TensorBoard scalars
-and progress lines, checking the one-line errors of bad input, stopping it with SIGTERM, and training it on Catch."""
+"""What the script tests share: which file is the script under test (the original, or a fork that an environment variable
+names), running a dreamer script as a subprocess in a temporary directory (runs/ and videos/ land there, the repo root on
+PYTHONPATH for `from ratio import Ratio` and `tests.catch_env`), reading its TensorBoard scalars and progress lines,
+checking the one-line errors of bad input, stopping it with SIGTERM, and training it on Catch."""
 
 import glob
+import importlib.util
 import os
 import queue
 import re
@@ -29,6 +31,64 @@ AUTO_PRECISION = (
 )
 
 
+# ---------------------------------------------------------------- the script under test: the original or a fork
+
+SCRIPTS = {  # the names the tests use for the four scripts, and the original files
+    "v1": "dreamer_v1_atari.py",
+    "v2": "dreamer_v2_atari.py",
+    "v3": "dreamer_v3_atari.py",
+    "v2-dmc": "dreamer_v2_dmc.py",
+}
+
+
+def fork_variable(name: str) -> str:
+    """The environment variable that points the tests of script `name` at a fork: DREAMER_V1, DREAMER_V2, DREAMER_V3,
+    DREAMER_V2_DMC."""
+    return "DREAMER_" + name.upper().replace("-", "_")
+
+
+def script_path(name: str) -> Path:
+    """The file that the unit, run and identical-maths tests of script `name` ("v1", "v2", "v3" or "v2-dmc") test: the
+    original in the repo root, or the file that its environment variable names (a path relative to the repo root, or an
+    absolute one), e.g. `DREAMER_V3=dreamer_v3_blockgru.py pytest tests/test_dreamer_v3_units.py`."""
+    variable, value = fork_variable(name), os.environ.get(fork_variable(name), "")
+    if not value:
+        return ROOT / SCRIPTS[name]
+    path = ROOT / Path(value).expanduser()  # an absolute path stays as it is
+    if not (path.is_file() and path.suffix == ".py"):
+        raise FileNotFoundError(f"{variable}={value}: no such .py file ({path}); give a path relative to the repo root "
+                                "or an absolute one")  # fmt: skip
+    return path.resolve()
+
+
+def load_script(name: str):
+    """The module of script_path(name), imported under its own name (the file's stem: `dreamer_v3_atari`, or
+    `dreamer_v3_blockgru` for a fork) and cached in sys.modules, so that every test file and `import dreamer_v3_atari`
+    share one module. A fork outside the repo root has its folder put on sys.path, as `python path/to/fork.py` would, so
+    that its module can be found again by name (by pickle, or in a spawned subprocess)."""
+    path = script_path(name)
+    module = sys.modules.get(path.stem)
+    if module is not None:
+        if Path(module.__file__).resolve() != path.resolve():
+            raise ImportError(f"{fork_variable(name)}: cannot test {path}: a module named {path.stem} is already loaded "
+                              f"from {module.__file__}; give the fork another file name")  # fmt: skip
+        return module
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module  # before running it: its dataclasses look their module up there
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[path.stem]
+        raise
+    return module
+
+
+# ---------------------------------------------------------------- running a script
+
+
 def env_vars(**extra: str) -> dict:
     # One OpenMP thread per process: the networks are tiny, and on 2 shared cores several processes whose OpenMP threads
     # spin against each other run 5-10x slower.
@@ -36,11 +96,11 @@ def env_vars(**extra: str) -> dict:
     return dict(os.environ, PYTHONPATH=pythonpath, OMP_NUM_THREADS="1", **extra)
 
 
-def command(script: str, flags: str, launcher: tuple = ()) -> list:
-    return [sys.executable, *launcher, str(ROOT / script), *flags.split()]
+def command(script: str | Path, flags: str, launcher: tuple = ()) -> list:
+    return [sys.executable, *launcher, str(ROOT / script), *flags.split()]  # an absolute path stays as it is
 
 
-def run(script: str, flags: str, cwd: Path, launcher: tuple = (), timeout: int = 600) -> subprocess.CompletedProcess:
+def run(script: str | Path, flags: str, cwd: Path, launcher: tuple = (), timeout: int = 600) -> subprocess.CompletedProcess:
     cwd.mkdir(parents=True, exist_ok=True)
     return subprocess.run(
         command(script, flags, launcher), cwd=cwd, env=env_vars(), capture_output=True, text=True, timeout=timeout
@@ -79,13 +139,20 @@ def error_lines(result: subprocess.CompletedProcess) -> list:
     return [line for line in result.stderr.splitlines() if line.strip() and not line.startswith(BANNER)]
 
 
-def assert_one_error_line(script: str, result: subprocess.CompletedProcess, cwd: Path, *needles: str) -> str:
+def selected_cases(request, test_name: str) -> list:
+    """The `case` parameters of `test_name` in the requesting test's module that this session runs: every case, unless
+    -k or node ids chose some. A module fixture that starts one subprocess per case starts only these."""
+    items = request.session.items
+    return [item.callspec.params["case"] for item in items if item.module is request.module and item.originalname == test_name]
+
+
+def assert_one_error_line(script: str | Path, result: subprocess.CompletedProcess, cwd: Path, *needles: str) -> str:
     """Non-zero exit, no traceback, exactly one line on stderr that contains every needle, no runs/ directory."""
     output = result.stdout + result.stderr
     assert result.returncode != 0 and "Traceback" not in output, output
     lines = error_lines(result)
     assert len(lines) == 1, lines
-    assert lines[0].startswith(f"{script}: error: "), lines[0]
+    assert lines[0].startswith(f"{Path(script).name}: error: "), lines[0]  # the script names itself by its file name
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
     assert not (cwd / "runs").exists(), "a failed start must not create runs/"
@@ -93,7 +160,9 @@ def assert_one_error_line(script: str, result: subprocess.CompletedProcess, cwd:
     return lines[0]
 
 
-def run_until_training_then_sigterm(script: str, flags: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+def run_until_training_then_sigterm(
+    script: str | Path, flags: str, cwd: Path, timeout: float = 300
+) -> subprocess.CompletedProcess:
     """Start the script, wait for a progress line with gradient steps > 0, send SIGTERM, and collect the rest."""
     proc = subprocess.Popen(command(script, flags), cwd=cwd, env=env_vars(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip

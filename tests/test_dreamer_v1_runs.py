@@ -27,7 +27,8 @@ from tests.helpers import (
 pytest.importorskip("ale_py")
 pytest.importorskip("tensorboard")
 
-SCRIPT = "dreamer_v1_atari.py"
+SCRIPT = helpers.script_path("v1")  # dreamer_v1_atari.py, or the fork that DREAMER_V1 names
+NAME = SCRIPT.name  # what the script calls itself in its messages
 command = functools.partial(helpers.command, SCRIPT)
 run = functools.partial(helpers.run, SCRIPT)
 assert_one_error_line = functools.partial(helpers.assert_one_error_line, SCRIPT)
@@ -79,7 +80,7 @@ def test_user_command_replay_ratio_0_1(user_run):
 
 def test_default_replay_ratio_is_the_papers_train_every():
     """The paper's code: 100 gradient steps of 50 x 50 every 1,000 frames = 250 policy steps at action repeat 4."""
-    import dreamer_v1_atari as v1
+    v1 = helpers.load_script("v1")
 
     args = v1.Args()
     assert args.replay_ratio == pytest.approx(0.4) and (args.batch_size, args.batch_length) == (50, 50)
@@ -122,7 +123,7 @@ def test_sigterm_then_resume(tmp_path: Path):
     stopped = re.search(r"^stopped by signal at policy step (\d+); checkpoint written to (\S+)$", killed.stdout, re.M)
     assert stopped, killed.stdout
     kill_step, path = int(stopped[1]), stopped[2]
-    assert f"resume with: python dreamer_v1_atari.py --resume {path} (plus the same flags)" in killed.stdout
+    assert f"resume with: python {NAME} --resume {path} (plus the same flags)" in killed.stdout
     run_dir = only_run_dir(tmp_path)
     shutil.copy(tmp_path / path, tmp_path / "at_kill.pt")  # the resumed run overwrites checkpoint.pt
     at_kill = torch.load(tmp_path / "at_kill.pt", weights_only=False)
@@ -156,7 +157,7 @@ def test_non_finite_loss_stops_with_a_checkpoint_from_before(tmp_path: Path):
     lines = error_lines(result)
     assert len(lines) == 1, lines
     match = re.fullmatch(
-        r"dreamer_v1_atari\.py: error: the (image loss|reward loss|discount loss|kl loss|actor loss|critic loss|"
+        re.escape(NAME) + r": error: the (image loss|reward loss|discount loss|kl loss|actor loss|critic loss|"
         r"world model gradient) became non-finite at gradient step \d+ \(policy step \d+\); the last checkpoint, from "
         r"policy step \d+, is (\S+); lower the learning rates",
         lines[0],
@@ -188,12 +189,14 @@ BAD_INPUT = {
 
 
 @pytest.fixture(scope="module")
-def bad_input_results(tmp_path_factory) -> dict:
-    """Each case in its own empty directory; they run concurrently since each spends its time importing torch."""
-    dirs = {name: tmp_path_factory.mktemp(name) for name in BAD_INPUT}
-    torch.save({"script": "dreamer_v2_atari.py", "wm": {}}, dirs["resume_other_script"] / "other.pt")
+def bad_input_results(request, tmp_path_factory) -> dict:
+    """Each case in its own empty directory; they run concurrently since each spends its time importing torch. Only the
+    cases this session runs (-k can choose a few)."""
+    dirs = {name: tmp_path_factory.mktemp(name) for name in helpers.selected_cases(request, "test_bad_input")}
+    if "resume_other_script" in dirs:
+        torch.save({"script": "dreamer_v2_atari.py", "wm": {}}, dirs["resume_other_script"] / "other.pt")
     with ThreadPoolExecutor(max_workers=3) as pool:
-        futures = {name: pool.submit(run, f"{BAD_INPUT[name][0]} --no-cuda", dirs[name], (), 120) for name in BAD_INPUT}
+        futures = {name: pool.submit(run, f"{BAD_INPUT[name][0]} --no-cuda", dirs[name], (), 120) for name in dirs}
         return {name: (dirs[name], future.result()) for name, future in futures.items()}
 
 

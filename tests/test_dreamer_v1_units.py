@@ -7,7 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import dreamer_v1_atari as v1
+from tests.helpers import load_script
+
+v1 = load_script("v1")  # dreamer_v1_atari.py, or the fork that DREAMER_V1 names
 
 TINY = dict(deter_size=16, hidden_size=16, stoch_size=4, cnn_depth=2, mlp_units=16, reward_layers=1, discount_layers=1,
             actor_layers=1, critic_layers=1, imagination_horizon=4)  # fmt: skip

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-import dreamer_v2_dmc as dmc
+from tests.helpers import load_script
+
+dmc = load_script("v2-dmc")  # dreamer_v2_dmc.py, or the fork that DREAMER_V2_DMC names
 
 TINY = dict(deter_size=16, hidden_size=16, cnn_depth=2, mlp_units=16, mlp_layers=1, stoch_size=3, classes=4)
 CASES = [(0.0, 1.0), (0.9, 0.1), (-0.95, 0.3), (0.5, 2.1), (0.99, 0.1), (-0.3, 0.5)]  # (mean, std) pairs

@@ -6,7 +6,9 @@ import copy
 import pytest
 import torch
 
-import dreamer_v2_atari as v2
+from tests.helpers import load_script
+
+v2 = load_script("v2")  # dreamer_v2_atari.py, or the fork that DREAMER_V2 names
 
 TINY = dict(deter_size=16, hidden_size=16, cnn_depth=2, mlp_units=16, mlp_layers=1, stoch_size=3, classes=4)
 

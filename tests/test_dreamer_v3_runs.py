@@ -2,7 +2,8 @@
 video, saved model, TensorBoard tags and the realised replay ratio), torchrun with 2 processes, SIGTERM then --resume
 (issue 5), and the catalogue of bad input, each of which must end with one clear line on stderr, a non-zero exit and no
 runs/ directory. Every run happens in its own temporary directory (runs/ and videos/ land there) with the repo root on
-PYTHONPATH for `from ratio import Ratio`."""
+PYTHONPATH for `from ratio import Ratio`. DREAMER_V3=<path> runs a fork instead of dreamer_v3_atari.py (tests/helpers.py,
+docs/forking.md)."""
 
 import functools
 import glob
@@ -32,7 +33,8 @@ from tests.helpers import (
 pytest.importorskip("ale_py")
 pytest.importorskip("tensorboard")
 
-SCRIPT = "dreamer_v3_atari.py"
+SCRIPT = helpers.script_path("v3")  # dreamer_v3_atari.py, or the fork that DREAMER_V3 names
+NAME = SCRIPT.name  # what the script calls itself in its messages and records in its checkpoints
 command = functools.partial(helpers.command, SCRIPT)
 run = functools.partial(helpers.run, SCRIPT)
 assert_one_error_line = functools.partial(helpers.assert_one_error_line, SCRIPT)
@@ -118,7 +120,7 @@ def test_cuda_flag_falls_back_to_cpu_with_a_warning(pong_runs):
 
 
 def test_two_envs_bf16_video_and_saved_model(pong_runs):
-    import dreamer_v3_atari as v3
+    v3 = helpers.load_script("v3")
 
     cwd, result = pong_runs["bf16"]
     assert_ok(result)
@@ -129,10 +131,10 @@ def test_two_envs_bf16_video_and_saved_model(pong_runs):
     check_tags_and_ratio(run_dir)
     videos = glob.glob(str(cwd / "videos" / run_dir.name / "*.mp4"))
     assert videos and all(os.path.getsize(v) > 0 for v in videos), videos
-    model_path = run_dir / "dreamer_v3_atari.cleanrl_model"
-    assert f"model saved to runs/{run_dir.name}/dreamer_v3_atari.cleanrl_model" in result.stdout
+    model_path = run_dir / f"{SCRIPT.stem}.cleanrl_model"  # --exp-name defaults to the script's name
+    assert f"model saved to runs/{run_dir.name}/{SCRIPT.stem}.cleanrl_model" in result.stdout
     saved = torch.load(model_path, weights_only=False)
-    assert saved["script"] == "dreamer_v3_atari.py" and saved["global_step"] == 400
+    assert saved["script"] == NAME and saved["global_step"] == 400
     # the saved weights load into freshly built networks of the saved sizes
     args = v3.Args(**saved["args"])
     action_size = saved["actor"]["net.out.weight"].shape[0]
@@ -183,7 +185,7 @@ def test_torchrun_resume(torchrun_run, tmp_path: Path):
 
     one = run(flags(600), tmp_path)
     assert one.returncode != 0 and "Traceback" not in one.stderr
-    assert error_lines(one) == [f"dreamer_v3_atari.py: error: --resume {run_dir / 'checkpoint.pt'}: the run used 2 processes; "
+    assert error_lines(one) == [f"{NAME}: error: --resume {run_dir / 'checkpoint.pt'}: the run used 2 processes; "
                                 "resume with the same number"]  # fmt: skip
     resumed = run(flags(600), tmp_path, TORCHRUN)
     assert_ok(resumed)
@@ -212,7 +214,7 @@ def test_sigterm_then_resume(tmp_path: Path):
     stopped = re.search(r"^stopped by signal at policy step (\d+); checkpoint written to (\S+)$", killed.stdout, re.M)
     assert stopped, killed.stdout
     kill_step, path = int(stopped[1]), stopped[2]
-    assert f"resume with: python dreamer_v3_atari.py --resume {path} (plus the same flags)" in killed.stdout
+    assert f"resume with: python {NAME} --resume {path} (plus the same flags)" in killed.stdout
     assert 128 < kill_step < 1200
     run_dir = only_run_dir(tmp_path)
     assert (tmp_path / path).resolve() == (run_dir / "checkpoint.pt").resolve()
@@ -255,7 +257,7 @@ def test_non_finite_loss_stops_with_a_checkpoint(blow_up):
     lines = error_lines(result)
     assert len(lines) == 1, lines
     match = re.fullmatch(
-        r"dreamer_v3_atari\.py: error: the (image loss|reward loss|cont loss|dyn loss|rep loss|actor loss|critic loss|"
+        re.escape(NAME) + r": error: the (image loss|reward loss|cont loss|dyn loss|rep loss|actor loss|critic loss|"
         r"world model gradient) became non-finite at gradient step \d+ \(policy step \d+\); the last checkpoint, from "
         r"policy step \d+, is (\S+); lower the learning rates",
         lines[0],
@@ -264,7 +266,7 @@ def test_non_finite_loss_stops_with_a_checkpoint(blow_up):
     print(lines[0])
     assert (cwd / match[2]).resolve() == (only_run_dir(cwd) / "checkpoint.pt").resolve()
     checkpoint = torch.load(cwd / match[2], weights_only=False)
-    assert checkpoint["script"] == "dreamer_v3_atari.py"
+    assert checkpoint["script"] == NAME
     assert all(torch.isfinite(v).all() for k in ("wm", "actor", "critic") for v in checkpoint[k].values())
 
 
@@ -302,12 +304,14 @@ BAD_INPUT = {
 
 
 @pytest.fixture(scope="module")
-def bad_input_results(tmp_path_factory) -> dict:
-    """Each case in its own empty directory; they run concurrently since each spends its time importing torch."""
-    dirs = {name: tmp_path_factory.mktemp(name) for name in BAD_INPUT}
-    torch.save({"script": "other.py", "wm": {}}, dirs["resume_other_script"] / "other.pt")
+def bad_input_results(request, tmp_path_factory) -> dict:
+    """Each case in its own empty directory; they run concurrently since each spends its time importing torch. Only the
+    cases this session runs (-k can choose a few)."""
+    dirs = {name: tmp_path_factory.mktemp(name) for name in helpers.selected_cases(request, "test_bad_input")}
+    if "resume_other_script" in dirs:
+        torch.save({"script": "other.py", "wm": {}}, dirs["resume_other_script"] / "other.pt")
     with ThreadPoolExecutor(max_workers=3) as pool:
-        futures = {name: pool.submit(run, f"{BAD_INPUT[name][0]} --no-cuda", dirs[name], (), 120) for name in BAD_INPUT}
+        futures = {name: pool.submit(run, f"{BAD_INPUT[name][0]} --no-cuda", dirs[name], (), 120) for name in dirs}
         return {name: (dirs[name], future.result()) for name, future in futures.items()}
 
 

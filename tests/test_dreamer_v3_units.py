@@ -1,17 +1,18 @@
 """Unit tests of the pieces of dreamer_v3_atari.py: symlog and twohot, lambda-returns, the stop-gradients and free bits of
 the KL losses, is_first resets, the return normaliser, the TBPTT sequence replay, and what the actor-critic losses touch.
-The script is imported as a module (it has no side effects on import); pytest puts the repo root on sys.path because
-tests/ is a package."""
+The script is imported as a module (it has no side effects on import) by tests/helpers.py's load_script, which imports a
+fork instead when DREAMER_V3 names one."""
 
 import copy
-import importlib
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-import dreamer_v3_atari as v3
+from tests.helpers import load_script
+
+v3 = load_script("v3")  # dreamer_v3_atari.py, or the fork that DREAMER_V3 names
 
 TINY = dict(deter_size=16, hidden_size=16, cnn_depth=2, mlp_units=16, mlp_layers=1, stoch_size=3, classes=4)
 ACTIONS = 3
@@ -612,11 +613,11 @@ def test_actor_and_critic_losses_against_their_formulas():
     torch.testing.assert_close(critic_loss, (per_step * weight[:-1]).mean())
 
 
-@pytest.mark.parametrize("script", ["dreamer_v2_atari", "dreamer_v3_atari", "dreamer_v2_dmc"])
+@pytest.mark.parametrize("script", ["v2", "v3", "v2-dmc"])
 def test_onehot_samples_follow_the_probabilities(script):
     """sample_onehot (inverse CDF) draws each class with its probability, per latent, never an impossible class, and its
     gradient is the gradient of the probabilities (straight-through)."""
-    module = importlib.import_module(script)
+    module = load_script(script)
     torch.manual_seed(0)
     logits = torch.tensor([[1.0, 0.0, -1.0, -float("inf")], [20.0, 0.0, 0.0, 0.0]]).repeat(20000, 1, 1).requires_grad_()
     sample = module.sample_onehot(logits)  # [20000, 2 latents, 4 classes]

@@ -1,4 +1,4 @@
-"""Speed work must not change what is learned: for every script, the losses and gradients of one gradient step match a
+r"""Speed work must not change what is learned: for every script, the losses and gradients of one gradient step match a
 straightforward reference computation on the same batch and weights, in fp32, to a tight tolerance.
 
 The scripts' `RSSM.observe` is arranged for speed (the embedding's share of the posterior's first layer runs on all
@@ -10,23 +10,70 @@ the script's own `train_step`, the function its training loop calls, with optimi
 are given instead of stepping. Then the world model loss, every world model gradient, and the actor and critic losses
 and gradients of the imagination that starts from those posteriors are compared; V2's and V3's actor losses reuse the
 log-probabilities the imagination computed (V2-DMC its mean and std), where the reference runs the actor again on the
-imagined states. Also here: `train_step` never waits for the device, and `NonFinite` names the first blow-up."""
+imagined states. Also here: `train_step` never waits for the device, and `NonFinite` names the first blow-up.
 
+Forks: DREAMER_V1, DREAMER_V2, DREAMER_V3 or DREAMER_V2_DMC names a file to test in place of the script (a path relative
+to the repo root, or an absolute one; tests/helpers.py). A fork's new flags get cases of their own: DREAMER_V3_MATHS_ARGS
+(DREAMER_V1_MATHS_ARGS, ...) holds flag sets separated by `;`, each a space-separated list of Args field=value (values
+as Python literals, or else strings), and each set is one more case of test_gradient_step_matches_reference at SIZES
+updated by it. For example
+
+    DREAMER_V3=dreamer_v3_blockgru.py DREAMER_V3_MATHS_ARGS="gru_blocks=8; gru_blocks=2 deter_size=32" \
+        pytest tests/test_identical_maths.py
+
+adds the cases v3-gru_blocks=8 and v3-gru_blocks=2,deter_size=32. A field that the script's Args lacks fails its case."""
+
+import ast
 import copy
+import dataclasses
+import os
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-import dreamer_v1_atari as v1
-import dreamer_v2_atari as v2
-import dreamer_v2_dmc as v2_dmc
-import dreamer_v3_atari as v3
+from tests.helpers import fork_variable, load_script
+
+MODULES = {name: load_script(name) for name in ("v1", "v2", "v3", "v2-dmc")}  # the originals, or the forks named
 
 T, B, ACTIONS = 7, 3, 3
 SIZES = dict(
     deter_size=24, hidden_size=20, cnn_depth=2, mlp_units=16, stoch_size=4, kl_free=0.0
 )  # no free nats: every KL gradient flows
+
+
+def literal(value: str):
+    """`8` -> 8, `1e-4` -> 0.0001, `True` -> True, `XS` -> "XS"."""
+    try:
+        return ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return value
+
+
+def extra_args(name: str) -> list:
+    """The flag sets of DREAMER_<name>_MATHS_ARGS as dicts of Args overrides: "a=1 b=2; a=3" -> [{a: 1, b: 2}, {a: 3}]."""
+    variable = fork_variable(name) + "_MATHS_ARGS"
+    sets = []
+    for flag_set in filter(str.strip, os.environ.get(variable, "").split(";")):
+        overrides = {}
+        for item in flag_set.split():
+            key, equals, value = item.partition("=")
+            if not (key.isidentifier() and equals and value):
+                raise ValueError(f"{variable}: {item!r} is not field=value, as in {variable}='gru_blocks=8; gru_blocks=2'")
+            overrides[key] = literal(value)
+        sets.append(overrides)
+    return sets
+
+
+def cases() -> list:
+    """(name, overrides) for every script at SIZES, then the extra flag sets, with ids like v3 and v3-gru_blocks=8."""
+    plain = [pytest.param(name, {}, id=name) for name in MODULES]
+    extra = [
+        pytest.param(name, overrides, id=f"{name}-" + ",".join(f"{k}={v}" for k, v in overrides.items()))
+        for name in MODULES
+        for overrides in extra_args(name)
+    ]
+    return plain + extra
 
 
 def fixed_noise(x: torch.Tensor, low: float, high: float) -> torch.Tensor:
@@ -53,24 +100,34 @@ def reference_observe(rssm, embed, prev_actions, is_first, state):
     return post, prior
 
 
-def setup(name: str):
+def setup(name: str, overrides: dict | None = None):
+    """The script's module, Args at SIZES (updated by `overrides`), its networks as its main block builds them, a batch
+    with resets and a terminal step, and the TBPTT carry."""
     torch.manual_seed(0)
-    if name == "v3":
-        m, args = v3, v3.Args(**SIZES, classes=5, mlp_layers=1, reward_bins=15, imagination_horizon=4)
-    elif name == "v1":
-        m, args = v1, v1.Args(**SIZES, actor_layers=1, critic_layers=1, reward_layers=1, imagination_horizon=4)
-    elif name == "v2":
-        m, args = v2, v2.Args(**SIZES, classes=5, mlp_layers=1, imagination_horizon=4)
+    m = MODULES[name]
+    if name == "v1":
+        sizes = dict(SIZES, actor_layers=1, critic_layers=1, reward_layers=1, imagination_horizon=4)
+    elif name == "v3":
+        sizes = dict(SIZES, classes=5, mlp_layers=1, reward_bins=15, imagination_horizon=4)
     else:
-        m, args = v2_dmc, v2_dmc.Args(**SIZES, classes=5, mlp_layers=1, imagination_horizon=4)
+        sizes = dict(SIZES, classes=5, mlp_layers=1, imagination_horizon=4)
+    unknown = set(overrides or {}) - {field.name for field in dataclasses.fields(m.Args)}
+    assert not unknown, f"{fork_variable(name)}_MATHS_ARGS: {m.__file__} has no Args field {sorted(unknown)}"
+    args = m.Args(**{**sizes, **(overrides or {})})
     wm = m.WorldModel((3, 64, 64), ACTIONS, args)
     feat = args.deter_size + (args.stoch_size * args.classes if name != "v1" else args.stoch_size)
     if name == "v1":
-        actor, critic = m.Actor(feat, ACTIONS, 16, 1), m.Critic(feat, 16, 1)
+        actor = m.Actor(feat, ACTIONS, args.mlp_units, args.actor_layers)
+        critic = m.Critic(feat, args.mlp_units, args.critic_layers)
     elif name == "v3":
-        actor, critic = m.Actor(feat, ACTIONS, 16, 1, args.unimix), m.Critic(feat, args.reward_bins, 16, 1)
+        actor = m.Actor(feat, ACTIONS, args.mlp_units, args.mlp_layers, args.unimix)
+        critic = m.Critic(feat, args.reward_bins, args.mlp_units, args.mlp_layers)
+    elif name == "v2-dmc":
+        actor = m.Actor(feat, ACTIONS, args.mlp_units, args.mlp_layers, args.actor_min_std)
+        critic = m.Critic(feat, args.mlp_units, args.mlp_layers)
     else:
-        actor, critic = m.Actor(feat, ACTIONS, 16, 1), m.Critic(feat, 16, 1)
+        actor = m.Actor(feat, ACTIONS, args.mlp_units, args.mlp_layers)
+        critic = m.Critic(feat, args.mlp_units, args.mlp_layers)
     for p in [*wm.parameters(), *actor.parameters(), *critic.parameters()]:
         if p.dim() > 1 and not p.any():  # zero-initialised output layers would leave the layers below without gradient
             p.data.normal_(0.0, 0.05)
@@ -179,9 +236,9 @@ def mismatches(fast: dict, reference: dict) -> list:
     return bad
 
 
-@pytest.mark.parametrize("name", ["v1", "v2", "v3", "v2-dmc"])
-def test_gradient_step_matches_reference(name, monkeypatch):
-    m, args, wm, actor, critic, batch, carry = setup(name)
+@pytest.mark.parametrize("name, overrides", cases())
+def test_gradient_step_matches_reference(name, overrides, monkeypatch):
+    m, args, wm, actor, critic, batch, carry = setup(name, overrides)
     fast = one_step(name, m, args, wm, actor, critic, batch, carry)
     monkeypatch.setattr(wm.rssm, "observe", lambda *a: reference_observe(wm.rssm, *a))
     reference = one_step(name, m, args, wm, actor, critic, batch, carry, reference=True)
@@ -258,7 +315,7 @@ def test_train_step_never_waits_for_the_device(name, monkeypatch):
 @pytest.mark.parametrize("name", ["v1", "v3"])
 def test_non_finite_is_named_at_its_first_gradient_step(name):
     """NonFinite remembers the first gradient step whose checks were not finite, and check() names it in one line."""
-    m = {"v1": v1, "v3": v3}[name]
+    m = MODULES[name]
     nonfinite = m.NonFinite(10, torch.device("cpu"))
     fine, bad = torch.tensor(1.0), torch.tensor(float("nan"))
     nonfinite.note({"image loss": fine, "actor loss": fine}, policy_step=500, world_size=2)  # gradient step 10

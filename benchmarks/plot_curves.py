@@ -40,7 +40,8 @@ Training metrics, curve by curve: --metric OURS_TAG=THEIRS_KEY (repeatable) draw
 default the --out name with `_metrics` added), one panel per pair: our runs' TensorBoard scalar OURS_TAG and the
 --official-run runs' metrics.jsonl key THEIRS_KEY, each seed's values averaged in the --window (both log the mean over
 the gradient steps since their last log, ours every --log-every policy steps, theirs every log_every; runs of our code
-before commit 053d216 logged the last gradient step's values), and with --at a table of those window means. The pairs of dreamer_v2_dmc.py and danijar/dreamerv2:
+before commit 053d216 logged the last gradient step's values), and with --at a table of those window means. The
+pairs of dreamer_v2_dmc.py and danijar/dreamerv2:
 
     losses/model=model_loss          losses/image=image_loss        losses/reward=reward_loss
     losses/kl=kl_loss                (the balanced KL loss, each term clipped below at the free nats)

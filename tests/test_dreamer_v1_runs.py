@@ -38,13 +38,17 @@ TINY = (
     "--mlp-units 32 --reward-layers 1 --discount-layers 1 --actor-layers 1 --critic-layers 1 --imagination-horizon 5 "
     "--log-every 100 --pretrain 1"
 )
-TAGS = ["charts/SPS", "charts/replay_ratio", "charts/gradient_steps", "charts/epsilon", "eval/episodic_return"] + [
-    f"losses/{k}"
-    for k in (
-        "image reward discount kl kl_unclipped prior_entropy post_entropy model actor critic model_grad_norm "
-        "actor_grad_norm critic_grad_norm actor_entropy imagined_return imagined_reward imagined_discount value"
-    ).split()
-]
+TAGS = (
+    ["charts/SPS", "charts/replay_ratio", "charts/gradient_steps", "charts/epsilon", "eval/episodic_return"]
+    + ["actions/entropy", "actions/top_share"]
+    + [
+        f"losses/{k}"
+        for k in (
+            "image reward discount kl kl_unclipped prior_entropy post_entropy model actor critic model_grad_norm "
+            "actor_grad_norm critic_grad_norm actor_entropy imagined_return imagined_reward imagined_discount value"
+        ).split()
+    ]
+)
 
 
 # ---------------------------------------------------------------- the users' first command, scaled down

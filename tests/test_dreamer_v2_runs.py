@@ -37,13 +37,17 @@ TINY = (
     "--learning-starts 128 --batch-size 4 --batch-length 16 --deter-size 32 --hidden-size 32 --cnn-depth 4 "
     "--mlp-units 32 --mlp-layers 1 --stoch-size 4 --classes 4 --imagination-horizon 5 --log-every 100"
 )
-TAGS = ["charts/SPS", "charts/replay_ratio", "charts/gradient_steps", "eval/episodic_return"] + [
-    f"losses/{k}"
-    for k in (
-        "image reward discount kl kl_prior kl_post prior_entropy post_entropy model actor critic model_grad_norm "
-        "actor_grad_norm critic_grad_norm actor_entropy imagined_return imagined_reward value target_value"
-    ).split()
-]
+TAGS = (
+    ["charts/SPS", "charts/replay_ratio", "charts/gradient_steps", "eval/episodic_return"]
+    + ["actions/entropy", "actions/top_share"]
+    + [
+        f"losses/{k}"
+        for k in (
+            "image reward discount kl kl_prior kl_post prior_entropy post_entropy model actor critic model_grad_norm "
+            "actor_grad_norm critic_grad_norm actor_entropy imagined_return imagined_reward value target_value"
+        ).split()
+    ]
+)
 
 
 # ---------------------------------------------------------------- the users' first command, scaled down

@@ -60,6 +60,8 @@ TAGS = [
     "losses/post_entropy",
     "charts/return_scale",
     "eval/episodic_return",
+    "actions/entropy",
+    "actions/top_share",
 ]
 
 

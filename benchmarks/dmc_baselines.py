@@ -9,6 +9,7 @@ random generator) and, for the random policy, its actions.
     python benchmarks/dmc_baselines.py --env-id cartpole-balance --seeds 20
 """
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Callable, List, Tuple
@@ -30,6 +31,7 @@ class Baselines:
 
 
 def load(env_id: str, seed: int):
+    os.environ.setdefault("MUJOCO_GL", "egl")  # dm_control picks its renderer once per process, at its first import
     from dm_control import suite
 
     domain, _, task = env_id.partition("-")

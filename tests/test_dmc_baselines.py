@@ -1,11 +1,15 @@
 """benchmarks/dmc_baselines.py: the reference policies' episodes have the scripts' env settings."""
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+# dm_control picks its renderer when first imported, for the whole process: without this, the xdist worker that runs
+# this file would have GLFW (no display) and the DMC unit tests that render after it in the same process would abort
+os.environ.setdefault("MUJOCO_GL", "egl")
 pytest.importorskip("dm_control")
 import dmc_baselines  # noqa: E402
 

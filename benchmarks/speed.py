@@ -101,7 +101,9 @@ def build(name: str, precision: str, bench: Bench) -> dict:
     return_norm = v3.ReturnNorm(args.return_norm_decay, args.return_norm_limit).to(device) if name == "v3" else None
     wm.encoder.to(memory_format=torch.channels_last)
     wm.decoder.to(memory_format=torch.channels_last)
-    if bench.compile:
+    if bench.compile and hasattr(m, "compile_gradient_step"):  # the whole step (V3 so far)
+        m.compile_gradient_step(device)
+    elif bench.compile:
         wm.encoder.forward = torch.compile(wm.encoder.forward)
         wm.decoder.forward = torch.compile(wm.decoder.forward)
         wm.rssm.deter_step = torch.compile(wm.rssm.deter_step)  # the GRU step of observe's loop
@@ -152,20 +154,23 @@ def build(name: str, precision: str, bench: Bench) -> dict:
             if name == "v1":
                 feats, _ = m.imagine(wm, actor, start, args.imagination_horizon)
                 actor_loss, critic_loss, _ = m.actor_critic_loss(wm, critic, feats, first, args)
+            elif name == "v3":
+                post = {k: v.unflatten(0, (T, B)) for k, v in start.items()}
+                actor_loss, critic_loss, _ = m.behaviour_losses(wm, actor, critic, target, return_norm, post, batch, args)
             else:
                 feats, imagined, policy = m.imagine(wm, actor, start, args.imagination_horizon)
-                if name == "v3":
-                    actor_loss, critic_loss, _ = m.actor_critic_loss(
-                        wm, critic, target, return_norm, feats, imagined, policy, first, args
-                    )
-                else:
-                    actor_loss, critic_loss, _ = m.actor_critic_loss(
-                        wm, critic, target, feats, imagined, policy, args.gamma * first, args
-                    )
+                actor_loss, critic_loss, _ = m.actor_critic_loss(
+                    wm, critic, target, feats, imagined, policy, args.gamma * first, args
+                )
         actor_opt.zero_grad(set_to_none=True)
         critic_opt.zero_grad(set_to_none=True)
-        m.backward_and_clip(actor_loss, list(actor.parameters()), args.ac_grad_clip)
-        m.backward_and_clip(critic_loss, list(critic.parameters()), args.ac_grad_clip)
+        if name == "v3":  # as its train_step: one backward pass through both losses
+            (actor_loss + critic_loss).backward()
+            m.average_and_clip(list(actor.parameters()), args.ac_grad_clip)
+            m.average_and_clip(list(critic.parameters()), args.ac_grad_clip)
+        else:
+            m.backward_and_clip(actor_loss, list(actor.parameters()), args.ac_grad_clip)
+            m.backward_and_clip(critic_loss, list(critic.parameters()), args.ac_grad_clip)
         actor_opt.step()
         critic_opt.step()
         if name == "v3":

@@ -874,6 +874,13 @@ def compile_gradient_step(device: torch.device):
     mode = "reduce-overhead" if device.type == "cuda" else None
     world_model_loss = torch.compile(world_model_loss, fullgraph=True, mode=mode)
     behaviour_losses = torch.compile(behaviour_losses, fullgraph=True, mode=mode)
+    if device.type == "cuda":  # a replayed graph overwrites its outputs: copy out what outlives the step (carry, metrics)
+        world_model_loss, behaviour_losses = copy_outputs(world_model_loss), copy_outputs(behaviour_losses)
+
+
+def copy_outputs(function):
+    """function, with every tensor it returns copied out of the CUDA graph's memory."""
+    return lambda *args: torch.utils._pytree.tree_map_only(torch.Tensor, torch.clone, function(*args))
 
 
 def backward_and_clip(loss: torch.Tensor, params: list, clip: float) -> torch.Tensor:

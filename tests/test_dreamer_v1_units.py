@@ -158,6 +158,10 @@ def test_actor_update_touches_only_the_actor_and_the_value_loss_not_the_world_mo
     # the actor's loss depends on the world model and the critic (the gradient runs through them) ...
     wm_grads = torch.autograd.grad(actor_loss, list(wm.parameters()), retain_graph=True, allow_unused=True)
     assert any(g is not None and g.abs().max() > 0 for g in wm_grads)
+    # ... though not into the critic's weights (the returns read them detached): train_step's one backward pass through
+    # both losses gives the critic the gradient of its own loss alone
+    critic_grads = torch.autograd.grad(actor_loss, list(critic.parameters()), retain_graph=True, allow_unused=True)
+    assert all(g is None for g in critic_grads)
     # ... but backward_and_clip fills in the actor's gradients only
     norm = v1.backward_and_clip(actor_loss, list(actor.parameters()), 100.0)
     assert norm > 0 and all(p.grad is not None for p in actor.parameters())
@@ -296,3 +300,11 @@ def test_defaults_are_the_papers():
     assert args.replay_ratio == pytest.approx(100 / (1000 / args.action_repeat))
     assert args.replay_ratio * args.batch_size * args.batch_length == pytest.approx(1000)
     assert args.learning_starts * args.action_repeat == 5000 and args.pretrain == 100
+
+
+def test_compile_under_torchrun_is_refused_with_one_line():
+    """--compile has not been tried under torchrun: check_args stops with the same line as dreamer_v3_atari.py's."""
+    with pytest.raises(SystemExit, match=r"error: --compile does not run under torchrun yet; drop --compile, or train in "
+                       r"one process$"):  # fmt: skip
+        v1.check_args(v1.Args(compile=True, world_size=2))
+    v1.check_args(v1.Args(compile=True))  # one process

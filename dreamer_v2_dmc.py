@@ -28,6 +28,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 import tyro
+from torch._higher_order_ops.scan import scan
 from torch.utils.tensorboard import SummaryWriter
 
 from ratio import Ratio
@@ -85,7 +86,7 @@ class Args:
     precision: Literal["auto", "32", "bf16"] = "auto"
     """`auto`: bf16 autocast (our form of the paper's 16-bit mixed precision) where the hardware runs bf16 natively, else 32"""
     compile: bool = False
-    """torch.compile the encoder, decoder and RSSM steps"""
+    """torch.compile the whole gradient step (forward and backward; on CUDA with CUDA graphs)"""
     eval_every: int = 10_000
     """evaluate every this many policy steps (and at the end); 0 evaluates only at the end"""
     eval_episodes: int = 1
@@ -390,6 +391,8 @@ def check_args(args: Args):
         Ratio(args.replay_ratio)
     except ValueError as e:
         fail(f"--replay-ratio: {e}")
+    if args.compile and args.world_size > 1:  # not tried under torchrun yet
+        fail("--compile does not run under torchrun yet; drop --compile, or train in one process")
     if args.replay_ratio > 64:
         fail(
             f"--replay-ratio {args.replay_ratio} means {args.replay_ratio:g} gradient steps per policy step; values above "
@@ -470,6 +473,32 @@ def sample_onehot(logits: torch.Tensor) -> torch.Tensor:
     index = (probs.float().cumsum(-1) < uniform).sum(-1, keepdim=True).clamp(max=probs.shape[-1] - 1)
     sample = torch.zeros_like(probs).scatter_(-1, index, 1.0)
     return sample + probs - probs.detach()
+
+
+def scan_steps(step, carry: dict, xs: tuple, chunk: int = 8) -> tuple:
+    """carry, y_t = step(carry, x_t) for t = 0..T-1 over the inputs xs [T, ...] -> (last carry, the y_t stacked [T, ...]).
+    Carry and y_t are dicts of tensors. Eagerly a Python loop. Under torch.compile (--compile) a scan over chunks of
+    `chunk` steps unrolled: the compiler optimises one chunk, whose steps fuse into few kernels, instead of every step
+    (an unrolled 64-step loop compiles many times slower; docs/speed.md)."""
+
+    def unroll(carry: dict, xs: tuple) -> tuple:
+        ys = []
+        for x in zip(*[v.unbind(0) for v in xs]):
+            carry, y = step(carry, x)
+            ys.append(y)
+        return carry, {k: torch.stack([y[k] for y in ys]) for k in ys[0]}
+
+    if not torch.compiler.is_compiling():
+        return unroll(carry, xs)
+
+    def unroll_chunk(carry: dict, xs: tuple) -> tuple:
+        carry, ys = unroll(carry, xs)
+        return {k: v.clone() for k, v in carry.items()}, ys  # a scan's outputs must not alias each other
+
+    steps = xs[0].shape[0]
+    chunk = next(c for c in range(min(chunk, steps), 0, -1) if steps % c == 0)  # the largest divisor of T up to `chunk`
+    carry, ys = scan(unroll_chunk, carry, tuple(v.unflatten(0, (steps // chunk, chunk)) for v in xs))
+    return carry, {k: v.flatten(0, 1) for k, v in ys.items()}
 
 
 class TruncNormal:
@@ -805,14 +834,16 @@ class RSSM(nn.Module):
         w_deter, w_embed = linear.weight.split([self.deter_size, embed.shape[-1]], 1)
         embed_in = F.linear(embed, w_embed, linear.bias)  # [T, B, hidden]: W_e e + b for every step at once
         w_deter = w_deter.to(embed_in.dtype)  # under autocast: cast the slice once, not at every step
-        posts = []
-        for embed_t, action_t, first_t in zip(embed_in.unbind(0), prev_actions.unbind(0), first.unbind(0)):
+
+        def step(state: dict, inputs: tuple) -> tuple:
+            embed_t, action_t, first_t = inputs
             state = {k: torch.where(first_t if v.dim() == 2 else first_t[..., None], 0.0, v) for k, v in state.items()}
             deter = self.deter_step(state, torch.where(first_t, 0.0, action_t))
             logits = self._logits(self.obs_logits, activation(F.linear(deter, w_deter) + embed_t))
             state = dict(deter=deter, stoch=sample_onehot(logits), logits=logits)
-            posts.append(state)
-        post = {k: torch.stack([s[k] for s in posts]) for k in posts[0]}
+            return state, state
+
+        _, post = scan_steps(step, state, (embed_in, prev_actions, first))
         return post, dict(deter=post["deter"], logits=self.prior_logits(post["deter"]))
 
     def imagine(self, actions: torch.Tensor, state: dict) -> dict:
@@ -891,7 +922,7 @@ def world_model_loss(wm: WorldModel, batch: dict, carry: tuple, scales: dict, ar
     }
     assert losses.keys() == scales.keys(), (losses.keys(), scales.keys())
     loss = sum(scales[k] * v.mean() for k, v in losses.items())
-    new_carry = ({k: v[-1].detach() for k, v in post.items()}, batch["action"][-1])
+    new_carry = ({k: v[-1].detach().clone() for k, v in post.items()}, batch["action"][-1].clone())  # copies, not views
     metrics = {
         "kl_prior": kl_prior,
         "kl_post": kl_post,
@@ -939,7 +970,7 @@ def actor_critic_loss(wm, critic, target_critic, feats, actions, policy, first_d
 
     R_{t+1} depends on a_t through s_{t+1} onwards: the reward head, the target critic and the imagined states are all
     differentiable, and the actor's gradient flows through them into the actions. Only the actor's parameters are
-    updated with it (backward_and_clip computes the gradients of the given parameters alone)."""
+    updated with it (`backward` computes the gradients of the given parameters alone)."""
     if torch.is_autocast_enabled(feats.device.type):  # each head would cast feats to bf16 on its own: cast them once
         feats = feats.to(torch.get_autocast_dtype(feats.device.type))
     reward = wm.reward(feats[:-1]).squeeze(-1).float()  # [H, N]
@@ -963,19 +994,59 @@ def actor_critic_loss(wm, critic, target_critic, feats, actions, policy, first_d
     return actor_loss, critic_loss, metrics
 
 
+def behaviour_losses(wm, actor, critic, target_critic, post: dict, batch: dict, args: Args) -> tuple:
+    """Imagine from every posterior state of the batch, then the actor and critic losses (one function: --compile
+    compiles it whole)."""
+    start = {k: v.detach().flatten(0, 1) for k, v in post.items()}  # [T * B, ...]
+    feats, imagined_actions, policy = imagine(wm, actor, start, args.imagination_horizon)
+    first_discount = args.gamma * (1.0 - batch["is_terminal"].float().flatten(0, 1))
+    return actor_critic_loss(wm, critic, target_critic, feats, imagined_actions, policy, first_discount, args)
+
+
+def compile_gradient_step(device: torch.device):
+    """--compile: torch.compile the gradient step's two halves whole, each with its backward pass: the world model loss
+    (encoder, the observe loop as a chunked scan, decoder, heads) and the behaviour losses (imagination, actor, critic).
+    No graph break is allowed (fullgraph). The optimizer steps stay eager, between them: the world model is updated
+    before imagination, as in the paper's code. On CUDA also CUDA graphs ("reduce-overhead"): each half replays as one
+    launch, so the step is not bound by thousands of kernel launches."""
+    global world_model_loss, behaviour_losses
+    mode = "reduce-overhead" if device.type == "cuda" else None
+    world_model_loss = torch.compile(world_model_loss, fullgraph=True, mode=mode)
+    behaviour_losses = torch.compile(behaviour_losses, fullgraph=True, mode=mode)
+    if device.type == "cuda":  # a replayed graph overwrites its outputs: copy out what outlives the step (carry, metrics)
+        world_model_loss, behaviour_losses = copy_outputs(world_model_loss), copy_outputs(behaviour_losses)
+
+
+def copy_outputs(function):
+    """function, with every tensor it returns copied out of the CUDA graph's memory."""
+    return lambda *args: torch.utils._pytree.tree_map_only(torch.Tensor, torch.clone, function(*args))
+
+
 def backward_and_clip(loss: torch.Tensor, params: list, clip: float) -> torch.Tensor:
-    """Gradients of the loss for `params` only (no other module's .grad is touched), then (under torchrun) averaged over
-    processes, then clipped; returns the grad norm."""
+    """backward(loss, params), then (under torchrun) average the gradients over processes, then clip; returns the grad
+    norm."""
+    backward(loss, params)
+    return average_and_clip(params, clip)
+
+
+def backward(loss: torch.Tensor, params: list):
+    """Sets the gradients of the loss for `params` only, with torch.autograd.grad: no other module's .grad is touched
+    (the actor's loss backpropagates through the world model, whose .grad must keep the world model's own gradient)."""
     grads = torch.autograd.grad(loss, params, allow_unused=True)
-    grads = [g if g is not None else torch.zeros_like(p) for p, g in zip(params, grads)]
+    for p, g in zip(params, grads):
+        g = torch.zeros_like(p) if g is None else g.view_as(p)
+        p.grad = g if g.stride() == p.stride() else torch.empty_like(p).copy_(g)  # fused Adam reads p's memory layout
+
+
+def average_and_clip(params: list, clip: float) -> torch.Tensor:
+    """Average the gradients over processes (under torchrun), then clip them; returns the grad norm."""
     if dist.is_initialized():
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         flat = torch.cat([g.flatten() for g in grads])
         dist.all_reduce(flat)
         flat /= dist.get_world_size()
-        grads = flat.split([g.numel() for g in grads])
-    for p, g in zip(params, grads):
-        g = g.view_as(p)  # fused Adam reads a gradient as laid out like its parameter (channels_last convs):
-        p.grad = g if g.stride() == p.stride() else torch.empty_like(p).copy_(g)
+        for p, g in zip(params, flat.split([g.numel() for g in grads])):
+            p.grad = torch.empty_like(p).copy_(g.view_as(p))  # in p's memory layout, as fused Adam reads it
     return nn.utils.clip_grad_norm_(params, clip)
 
 
@@ -998,14 +1069,13 @@ def train_step(wm, actor, critic, target_critic, model_opt, actor_opt, critic_op
     model_grad_norm = backward_and_clip(wm_loss, list(wm.parameters()), args.model_grad_clip)
     model_opt.step()
     with autocast:
-        start = {k: v.detach().flatten(0, 1) for k, v in post.items()}  # [T * B, ...]
-        feats, imagined_actions, policy = imagine(wm, actor, start, args.imagination_horizon)
-        first_discount = args.gamma * (1.0 - batch["is_terminal"].float().flatten(0, 1))
-        actor_loss, critic_loss, ac_metrics = actor_critic_loss(
-            wm, critic, target_critic, feats, imagined_actions, policy, first_discount, args
-        )
-    actor_grad_norm = backward_and_clip(actor_loss, list(actor.parameters()), args.ac_grad_clip)
-    critic_grad_norm = backward_and_clip(critic_loss, list(critic.parameters()), args.ac_grad_clip)
+        actor_loss, critic_loss, ac_metrics = behaviour_losses(wm, actor, critic, target_critic, post, batch, args)
+    # one pass (compiled, both losses are one graph): their parameters are disjoint (the critic learns on detached
+    # states, the actor's returns use the target critic), so each gets its own loss's gradient, and the world model,
+    # which the actor's gradient passes through, gets none
+    backward(actor_loss + critic_loss, list(actor.parameters()) + list(critic.parameters()))
+    actor_grad_norm = average_and_clip(list(actor.parameters()), args.ac_grad_clip)
+    critic_grad_norm = average_and_clip(list(critic.parameters()), args.ac_grad_clip)
     actor_opt.step()
     critic_opt.step()
     update_target_critic(critic, target_critic, updates, args.target_update_every, args.target_update_fraction)
@@ -1615,11 +1685,7 @@ if __name__ == "__main__":
     )
     loss_scales = {"image": 1.0, "reward": 1.0, "kl": args.kl_scale}
     if args.compile:
-        wm.encoder.forward = torch.compile(wm.encoder.forward)
-        wm.decoder.forward = torch.compile(wm.decoder.forward)
-        wm.rssm.deter_step = torch.compile(wm.rssm.deter_step)  # the GRU step of observe's loop
-        wm.rssm.img_step = torch.compile(wm.rssm.img_step)
-        wm.rssm.obs_step = torch.compile(wm.rssm.obs_step)
+        compile_gradient_step(device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
     if run.saved:  # --eval-model: play, log eval/ and the videos, train nothing
         wm.load_state_dict(run.saved["wm"])

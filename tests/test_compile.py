@@ -14,7 +14,7 @@ import torch
 
 from tests.test_identical_maths import loss_scales, no_randomness, setup  # noqa: F401 (no_randomness: autouse fixture)
 
-SCRIPTS = ["v1", "v2", "v3"]  # the scripts whose --compile compiles the whole gradient step
+SCRIPTS = ["v1", "v2", "v3", "v2-dmc"]  # the scripts whose --compile compiles the whole gradient step
 
 
 def two_steps(name: str, m, args, nets, batch, carry) -> tuple:

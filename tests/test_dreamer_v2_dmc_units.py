@@ -180,6 +180,28 @@ def test_dynamics_backprop_reaches_the_actor_and_not_the_world_model():
     assert all(g is None or g.abs().sum() == 0 for g in cut)
 
 
+def test_one_backward_pass_gives_the_actor_and_the_critic_their_own_gradients_and_the_world_model_none():
+    """train_step takes the actor's and the critic's gradients in one pass through actor_loss + critic_loss (compiled,
+    both losses are one graph, walked backwards once). Their parameters are disjoint, so each gets exactly its own loss's
+    gradient, and the world model's .grad, which holds the world model loss's gradient by then, keeps it: the actor's
+    gradient passes through the world model but is not written there."""
+    args, wm, actor, critic, target, start = tiny_setup()
+    post = {k: v[None] for k, v in start.items()}  # [T = 1, B = 6]
+    batch = dict(is_terminal=torch.zeros(1, 6, dtype=torch.bool))
+    actor_loss, critic_loss, _ = dmc.behaviour_losses(wm, actor, critic, target, post, batch, args)
+    actor_params, critic_params = list(actor.parameters()), list(critic.parameters())
+    alone = torch.autograd.grad(actor_loss, actor_params, retain_graph=True) + torch.autograd.grad(
+        critic_loss, critic_params, retain_graph=True
+    )
+    wm_grads = [torch.randn_like(p) for p in wm.parameters()]  # stands for the world model loss's gradient
+    for p, g in zip(wm.parameters(), wm_grads):
+        p.grad = g.clone()
+    dmc.backward(actor_loss + critic_loss, actor_params + critic_params)
+    assert all(torch.equal(p.grad, g) for p, g in zip(actor_params + critic_params, alone))
+    assert all(torch.equal(p.grad, g) for p, g in zip(wm.parameters(), wm_grads))
+    assert all(p.grad is None for p in target.parameters())
+
+
 def test_actor_loss_uses_returns_from_the_second_step_and_the_entropy_bonus():
     """actor loss = -mean over t < H - 1 of gamma^t (R_{t+1} + eta H_t): check it against the metrics' pieces."""
     args, wm, actor, critic, target, start = tiny_setup(actor_entropy=0.5, gamma=0.9)
@@ -306,3 +328,12 @@ def test_defaults_are_the_papers_dmc_recipe():
     assert (args.batch_size, args.batch_length, args.learning_starts, args.pretrain) == (16, 50, 1000, 100)
     assert args.replay_ratio == 0.2 and args.replay_ratio * args.batch_size * args.batch_length == pytest.approx(160)
     assert args.eval_every == 10_000 and args.eval_greedy
+
+
+def test_compile_under_torchrun_is_refused_with_one_line():
+    """--compile has not been tried under torchrun: the flag check stops the pair with one line, as in
+    dreamer_v3_atari.py."""
+    dmc.check_args(dmc.Args(compile=True))  # one process: accepted
+    with pytest.raises(SystemExit, match=r"error: --compile does not run under torchrun yet; drop --compile, or train in "
+                       r"one process$"):  # fmt: skip
+        dmc.check_args(dmc.Args(compile=True, world_size=2))

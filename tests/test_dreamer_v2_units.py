@@ -250,3 +250,12 @@ def test_rssm_resets_to_zeros_on_is_first():
     post_zero, _ = wm.rssm.obs_step(wm.rssm.initial(B), torch.zeros(B, A), embed, torch.zeros(B))
     for k in post_reset:
         torch.testing.assert_close(post_reset[k], post_zero[k])
+
+
+def test_compile_under_torchrun_is_refused_with_one_line():
+    """--compile has not been tried under torchrun: the flag check stops the pair with one line, as in
+    dreamer_v3_atari.py."""
+    v2.check_args(v2.Args(compile=True))  # one process: accepted
+    with pytest.raises(SystemExit, match=r"error: --compile does not run under torchrun yet; drop --compile, or train in "
+                       r"one process$"):  # fmt: skip
+        v2.check_args(v2.Args(compile=True, world_size=2))

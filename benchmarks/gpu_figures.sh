@@ -8,8 +8,10 @@
 #    after 3 untimed ones (the env-alone column is left out: the envs run on the CPU, and it is measured there).
 # 2. OUT_DIR/learning.txt: the Catch learning tests of DreamerV3 and DreamerV2 (their flags and marks, seed 1), trained
 #    on the GPU, each with the device line its run printed.
-# 3. OUT_DIR/speed_compile.md: speed.py for DreamerV3 with --compile (torch.compile of the encoder, decoder, RSSM
-#    steps), last and capped at COMPILE_SECONDS (default 240): compiling is the least predictable part.
+# 3. OUT_DIR/speed_compile.md: speed.py per script (V3, V2 on DMC, V2, V1 in that order), bf16, eager against
+#    --compile (the whole gradient step compiled, with CUDA graphs) and against compiled without CUDA graphs: seconds
+#    and kernels per gradient step and the compile time. Last, and stopped after COMPILE_SECONDS in all (default 300):
+#    compiling is the least predictable part; each script's table is written when it ends.
 #    Parts 1-3 are estimated (not measured) at 4-8 minutes on an H200.
 # 4. OUT_DIR/dmc.txt and OUT_DIR/dmc_events: dreamer_v2_dmc.py at the paper's size and settings on cartpole-balance,
 #    seed 1, for DMC_STEPS policy steps (default 50,000 = 100k frames, the reduced CPU runs' length; docs/results.md)
@@ -125,7 +127,13 @@ PY
 fi
 
 if [[ $parts == *" speed "* ]]; then  # last: compile time is the least predictable part
-    timeout "${COMPILE_SECONDS:-240}" python3 benchmarks/speed.py --device "$device" --scripts v3 --compile --warmup 3 \
-        --steps 10 --act-steps 200 --no-env ${SPEED_FLAGS:-} 2>&1 | tee "$out/speed_compile.md" || status=1
+    deadline=$((SECONDS + ${COMPILE_SECONDS:-300}))
+    for script in v3 v2-dmc v2 v1; do
+        left=$((deadline - SECONDS))
+        [ $left -gt 30 ] || { echo "$script: no time left (COMPILE_SECONDS)" | tee -a "$out/speed_compile.md"; status=1; break; }
+        timeout $left python3 benchmarks/speed.py --device "$device" --scripts $script --precisions bf16 \
+            --modes eager compiled compiled-without-graphs --warmup 3 --steps 10 --act-steps 20 --no-flops --no-env \
+            ${SPEED_FLAGS:-} 2>&1 | tee -a "$out/speed_compile.md" || status=1
+    done
 fi
 exit $status

@@ -1,37 +1,47 @@
 """How fast each Dreamer script trains and acts, measured in-process on synthetic data; prints one markdown table.
 
-For every script and precision, at the paper's sizes and batch shapes (the scripts' defaults):
-- seconds per gradient step, and its two halves: the world model (loss, backward, clip, optimizer step) and the
-  behaviour (imagination from every posterior state, actor and critic losses, backward, steps, target/slow critic);
+For every script, precision and mode, at the paper's sizes and batch shapes (the scripts' defaults) or at the reduced
+sizes of the real-benchmark runs in docs/results.md (`--size reduced`):
+- seconds per gradient step: the script's own `train_step`, called as its training loop calls it, and its two halves:
+  the world model (loss, backward, clip, optimizer step; timed up to the end of the world model's optimizer step) and
+  the behaviour (imagination from every posterior state, actor and critic losses, backward, steps, target/slow critic);
+- kernels per gradient step, from one profiled step: on a GPU the CUDA kernels launched; on the CPU the operations
+  that run a kernel: eagerly the aten operators (views and allocations left out), compiled the fused kernels inductor
+  generated plus the operators it leaves to libraries (matrix products, convolutions);
+- with `--modes eager compiled`: the same step with the script's `--compile` (`compile_gradient_step`: the world model
+  loss and the behaviour losses each compiled whole, with their backward passes; CUDA graphs on a GPU), and the
+  compile time (the first compiled step's time less a timed step's);
 - FLOPs per gradient step, counted by `torch.utils.flop_counter` (matrix products and convolutions, forward and
   backward), and the FLOP/s achieved, against the FLOP/s of one large matrix product of the same precision timed in the
   same process (the "matmul peak" this machine reaches from PyTorch; sized to take a fraction of a second each);
 - policy steps per second of acting alone: the script's `act` (encoder, one RSSM step, actor) for one env, no env;
   and, to compare, of the script's own env alone (its `make_env` with the default --env-id, random actions).
 
-Each gradient step runs the scripts' own functions in the order of their train_step (world model, then behaviour), on
-a batch of random frames and actions already on the device: the replay's sampling and the copy to a GPU are not timed.
-Precisions are interleaved step by step (32, bf16, 32, bf16, ...), so that both see the same load. Run it on a quiet
-machine. The header names the CPU (or GPU), the instruction set torch uses and whether bf16 is native there; where it
-is not (an AVX2-only CPU, where a bf16 step takes about ten times as long) the bf16 rows run one timed step and no
-warm-up.
+Each gradient step runs on a batch of random frames and actions already on the device: the replay's sampling and the
+copy to a GPU are not timed. Precisions and modes are interleaved step by step (32 eager, 32 compiled, bf16 eager, ...)
+so that all see the same load. Run it on a quiet machine. The header names the CPU (or GPU), the instruction set torch
+uses and whether bf16 is native there; where it is not (an AVX2-only CPU, where a bf16 step takes about ten times as
+long) the bf16 rows run one timed step and no warm-up.
 
     python benchmarks/speed.py                                   # V1, V2, V3 and V2 on DMC, fp32 and bf16
     python benchmarks/speed.py --scripts v3 --precisions bf16 --steps 3
-    python benchmarks/speed.py --compile                         # with each script's --compile
+    python benchmarks/speed.py --modes eager compiled --size reduced   # eager against --compile, the runs' sizes
 """
 
 import copy
+import functools
 import os
 import platform
 import sys
 import time
+import unittest.mock
 from dataclasses import dataclass, field
 from typing import List, Literal
 
 import torch
 import torch.nn.functional as F
 import tyro
+from torch.autograd import DeviceType
 from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -41,22 +51,33 @@ import dreamer_v2_dmc as v2_dmc  # noqa: E402
 import dreamer_v3_atari as v3  # noqa: E402
 
 SCRIPTS = {"v1": v1, "v2": v2, "v3": v3, "v2-dmc": v2_dmc}
+# the two functions --compile compiles, as each script defines them (compile_gradient_step rebinds the module's names)
+EAGER = {name: (m.world_model_loss, m.behaviour_losses) for name, m in SCRIPTS.items()}
 
 
 @dataclass
 class Bench:
     scripts: List[Literal["v1", "v2", "v3", "v2-dmc"]] = field(default_factory=lambda: ["v1", "v2", "v3", "v2-dmc"])
-    """scripts to measure: v1 (dreamer_v1_atari.py), v2, v3 (size S) and v2-dmc (dreamer_v2_dmc.py)"""
+    """scripts to measure: v1 (dreamer_v1_atari.py), v2, v3 and v2-dmc (dreamer_v2_dmc.py)"""
     precisions: List[Literal["32", "bf16"]] = field(default_factory=lambda: ["32", "bf16"])
     """precisions to measure, interleaved"""
+    modes: List[Literal["eager", "compiled", "compiled-without-graphs"]] = field(default_factory=lambda: ["eager"])
+    """eager: train_step as is; compiled: with the script's --compile (compile_gradient_step: on CUDA with CUDA graphs);
+    compiled-without-graphs: the same without CUDA graphs (on a CPU the same as compiled); interleaved"""
+    size: Literal["paper", "reduced"] = "paper"
+    """paper: the scripts' defaults (V3: size S); reduced: the real-benchmark runs' sizes of docs/results.md (V1 has
+    none: paper)"""
+    scan_chunk: int = 8
+    """compiled: the steps of observe's loop unrolled per iteration of its scan (scan_steps' chunk; the scripts use 8;
+    1 is a plain scan, the batch length a fully unrolled loop)"""
     warmup: int = 1
-    """untimed gradient steps first"""
+    """untimed gradient steps first (a compiled mode has at least one: it compiles)"""
     steps: int = 3
     """timed gradient steps (the table gives their mean)"""
     act_steps: int = 100
     """timed policy steps (of acting alone and of the env alone)"""
-    compile: bool = False
-    """torch.compile what each script's --compile compiles"""
+    kernels: bool = True
+    """count the kernels of one gradient step (one extra, profiled step)"""
     flops: bool = True
     """count the FLOPs of one gradient step (one extra, untimed step)"""
     env: bool = True
@@ -68,6 +89,13 @@ class Bench:
 
 
 TINY = dict(deter_size=16, hidden_size=16, cnn_depth=2, mlp_units=16, stoch_size=4, batch_size=2, batch_length=8)
+# the sizes of the real-benchmark runs of docs/results.md: Kung Fu Master (V3, V2) and cartpole-balance (V2 on DMC)
+REDUCED = {
+    "v1": {},
+    "v2": dict(deter_size=256, hidden_size=256, cnn_depth=16, mlp_units=256),
+    "v3": dict(model_size="XS", cnn_depth=16),
+    "v2-dmc": dict(cnn_depth=16, mlp_units=200, mlp_layers=2, stoch_size=16, classes=16),
+}
 
 
 def sync(device: torch.device):
@@ -75,11 +103,13 @@ def sync(device: torch.device):
         torch.cuda.synchronize()
 
 
-def build(name: str, precision: str, bench: Bench) -> dict:
-    """The networks, optimizers, a random batch and the two halves of one gradient step, as the training loop has them."""
+def build(name: str, precision: str, mode: str, bench: Bench) -> dict:
+    """The networks, optimizers and a random batch as the training loop has them; `step` runs one gradient step (the
+    script's train_step) and returns the time at which the world model's optimizer step ended."""
     m, device = SCRIPTS[name], torch.device(bench.device)
     torch.manual_seed(0)
-    args = m.Args(precision=precision, compile=bench.compile, **(TINY if bench.tiny else {}))
+    sizes = TINY if bench.tiny else REDUCED[name] if bench.size == "reduced" else {}
+    args = m.Args(precision=precision, compile=mode != "eager", **sizes)
     if name == "v3":
         v3.resolve_sizes(args)
     channels = 1 if getattr(args, "grayscale", False) else 3
@@ -94,6 +124,9 @@ def build(name: str, precision: str, bench: Bench) -> dict:
     elif name == "v3":
         actor = m.Actor(feat, action_size, args.mlp_units, args.mlp_layers, args.unimix).to(device)
         critic = m.Critic(feat, args.reward_bins, args.mlp_units, args.mlp_layers).to(device)
+    elif name == "v2-dmc":
+        actor = m.Actor(feat, action_size, args.mlp_units, args.mlp_layers, args.actor_min_std).to(device)
+        critic = m.Critic(feat, args.mlp_units, args.mlp_layers).to(device)
     else:
         actor = m.Actor(feat, action_size, args.mlp_units, args.mlp_layers).to(device)
         critic = m.Critic(feat, args.mlp_units, args.mlp_layers).to(device)
@@ -101,14 +134,16 @@ def build(name: str, precision: str, bench: Bench) -> dict:
     return_norm = v3.ReturnNorm(args.return_norm_decay, args.return_norm_limit).to(device) if name == "v3" else None
     wm.encoder.to(memory_format=torch.channels_last)
     wm.decoder.to(memory_format=torch.channels_last)
-    if bench.compile and hasattr(m, "compile_gradient_step"):  # the whole step (V3 so far)
-        m.compile_gradient_step(device)
-    elif bench.compile:
-        wm.encoder.forward = torch.compile(wm.encoder.forward)
-        wm.decoder.forward = torch.compile(wm.decoder.forward)
-        wm.rssm.deter_step = torch.compile(wm.rssm.deter_step)  # the GRU step of observe's loop
-        wm.rssm.img_step = torch.compile(wm.rssm.img_step)
-        wm.rssm.obs_step = torch.compile(wm.rssm.obs_step)
+    functions = EAGER[name]
+    if mode != "eager":  # compile_gradient_step rebinds the module's two names: keep its pair, restore the eager one
+        if mode == "compiled-without-graphs":  # the script's torch.compile calls, less mode="reduce-overhead"
+            compile_ = torch.compile
+            with unittest.mock.patch.object(torch, "compile", lambda f, **kw: compile_(f, **{**kw, "mode": None})):
+                m.compile_gradient_step(device)
+        else:
+            m.compile_gradient_step(device)
+        functions = (m.world_model_loss, m.behaviour_losses)
+        m.world_model_loss, m.behaviour_losses = EAGER[name]
     T, B = args.batch_length, args.batch_size
     if continuous:
         actions = torch.rand(T, B, action_size, device=device) * 2 - 1
@@ -136,50 +171,34 @@ def build(name: str, precision: str, bench: Bench) -> dict:
     else:
         scales = {"image": 1.0, "reward": 1.0, "discount": args.discount_scale, "kl": args.kl_scale}
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
-    state = dict(carry=({k: v.detach() for k, v in wm.rssm.initial(B).items()}, batch["action"][0] * 0), updates=0)
+    # the TBPTT carry as the training loop starts it: copies of the initial state (not its expanded views)
+    initial = {k: v.detach().clone() for k, v in wm.rssm.initial(B).items()}
+    state = dict(carry=(initial, batch["action"][0] * 0), updates=0)
+    model_step, world_model_end = model_opt.step, []
 
-    def world_model_step() -> dict:
-        with autocast:
-            loss, _, post, state["carry"], _ = m.world_model_loss(
-                wm, batch, state["carry"], scales, args.kl_free if name == "v3" else args
-            )
-        model_opt.zero_grad(set_to_none=True)
-        m.backward_and_clip(loss, list(wm.parameters()), args.model_grad_clip)
-        model_opt.step()
-        return {k: v.detach().flatten(0, 1) for k, v in post.items()}  # [T * B, ...]: the imagination's start states
+    def timed_model_step(*a, **kw):  # the end of train_step's first half
+        out = model_step(*a, **kw)
+        sync(device)
+        world_model_end.append(time.perf_counter())
+        return out
 
-    def behaviour_step(start: dict):
-        first = 1.0 - batch["is_terminal"].float().flatten(0, 1)
-        with autocast:
+    model_opt.step = timed_model_step
+    nets, opts = (wm, actor, critic), (model_opt, actor_opt, critic_opt)
+
+    def step(eager: bool = False) -> float:
+        """One gradient step of the script's train_step (`eager`: this setup's networks without --compile)."""
+        m.world_model_loss, m.behaviour_losses = EAGER[name] if eager else functions
+        try:
             if name == "v1":
-                feats, _ = m.imagine(wm, actor, start, args.imagination_horizon)
-                actor_loss, critic_loss, _ = m.actor_critic_loss(wm, critic, feats, first, args)
+                out = m.train_step(*nets, *opts, batch, state["carry"], scales, args, autocast)
             elif name == "v3":
-                post = {k: v.unflatten(0, (T, B)) for k, v in start.items()}
-                actor_loss, critic_loss, _ = m.behaviour_losses(wm, actor, critic, target, return_norm, post, batch, args)
+                out = m.train_step(*nets, target, return_norm, *opts, batch, state["carry"], scales, args, autocast)
             else:
-                feats, imagined, policy = m.imagine(wm, actor, start, args.imagination_horizon)
-                actor_loss, critic_loss, _ = m.actor_critic_loss(
-                    wm, critic, target, feats, imagined, policy, args.gamma * first, args
-                )
-        actor_opt.zero_grad(set_to_none=True)
-        critic_opt.zero_grad(set_to_none=True)
-        if name == "v3":  # as its train_step: one backward pass through both losses
-            (actor_loss + critic_loss).backward()
-            m.average_and_clip(list(actor.parameters()), args.ac_grad_clip)
-            m.average_and_clip(list(critic.parameters()), args.ac_grad_clip)
-        else:
-            m.backward_and_clip(actor_loss, list(actor.parameters()), args.ac_grad_clip)
-            m.backward_and_clip(critic_loss, list(critic.parameters()), args.ac_grad_clip)
-        actor_opt.step()
-        critic_opt.step()
-        if name == "v3":
-            with torch.no_grad():
-                for slow, fast in zip(target.parameters(), critic.parameters()):
-                    slow.lerp_(fast, args.slow_critic_fraction)
-        elif name != "v1":
-            m.update_target_critic(critic, target, state["updates"], args.target_update_every, args.target_update_fraction)
-        state["updates"] += 1
+                out = m.train_step(*nets, target, *opts, batch, state["carry"], scales, args, autocast, state["updates"])
+        finally:
+            m.world_model_loss, m.behaviour_losses = EAGER[name]
+        state["carry"], state["updates"] = out[0], state["updates"] + 1
+        return world_model_end[-1]
 
     frame = torch.randint(0, 256, (1, *obs_shape), dtype=torch.uint8, device=device)
     agent = dict(state=wm.rssm.initial(1), action=batch["action"][0, :1] * 0)
@@ -192,7 +211,37 @@ def build(name: str, precision: str, bench: Bench) -> dict:
         agent["action"] = action.float()
         action.cpu()  # the env needs the action on the host
 
-    return dict(world_model=world_model_step, behaviour=behaviour_step, act=act_step, device=device, args=args)
+    params = sum(p.numel() for n in nets for p in n.parameters())
+    return dict(step=step, act=act_step, device=device, args=args, params=params)
+
+
+def launches_a_kernel(event) -> bool:
+    """Whether a profiled CPU operation runs a kernel: an inductor-generated one (cpp_fused_*), or an operator that is
+    neither a view nor an allocation."""
+    if "cpp_fused" in event.name:
+        return True
+    namespace, _, op = event.name.partition("::")
+    if namespace not in ("aten", "mkldnn") or op.startswith("empty") or op in ("lift_fresh", "resize_", "set_"):
+        return False
+    packet = getattr(getattr(torch.ops, namespace), op, None)
+    overload = getattr(packet, "default", None) if packet is not None else None
+    return not (overload is not None and overload.is_view)
+
+
+def count_kernels(step, device: torch.device) -> int:
+    """Kernels of one gradient step: on a GPU the CUDA kernels and copies launched; on the CPU the innermost profiled
+    operations that run a kernel (an operator's kernel runs inside it: aten::linear -> aten::addmm counts once)."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as profile:
+        step()
+        sync(device)
+    events = profile.events()
+    if device.type == "cuda":
+        return sum(event.device_type == DeviceType.CUDA for event in events)
+    kernels = [event for event in events if launches_a_kernel(event)]
+    return sum(not any(launches_a_kernel(child) for child in event.cpu_children) for event in kernels)
 
 
 def env_rate(name: str, steps: int) -> float:
@@ -252,7 +301,11 @@ def main(bench: Bench):
     device = torch.device(bench.device)
     v3.set_malloc_for_speed()
     torch.backends.cudnn.deterministic = True  # as the scripts run by default (--torch-deterministic)
-    print(f"torch {torch.__version__}, {hardware(device, v3)}, compile {bench.compile}", flush=True)
+    torch._inductor.config.cpp.enable_kernel_profile = True  # the profiler sees inductor's CPU kernels one by one
+    for m in SCRIPTS.values():  # observe calls the module's scan_steps
+        m.scan_steps = functools.partial(m.scan_steps, chunk=bench.scan_chunk)
+    sizes = "tiny" if bench.tiny else bench.size
+    print(f"torch {torch.__version__}, {hardware(device, v3)}, sizes {sizes}, scan chunk {bench.scan_chunk}", flush=True)
     # the largest product: a GPU needs 16384 to run near its peak (4096 takes a fraction of a millisecond)
     max_n = 256 if bench.tiny else 16384 if device.type == "cuda" else 4096
     peaks = {p: matmul_peak(p, device, max_n) for p in bench.precisions}
@@ -260,34 +313,35 @@ def main(bench: Bench):
     # e.g. with oneDNN limited to AVX2), its rows get one timed step and no warm-up: a step there takes a minute or more
     emulated = not v3.native_bf16(device) or "32" in peaks and "bf16" in peaks and peaks["bf16"][0] < peaks["32"][0] / 2
     slow = {p: p == "bf16" and emulated for p in bench.precisions}
-    warmup = {p: 0 if slow[p] else bench.warmup for p in bench.precisions}
-    steps = {p: 1 if slow[p] else bench.steps for p in bench.precisions}
+    keys = [(p, mode) for p in bench.precisions for mode in bench.modes]
+    warmup = {(p, mode): max(0 if slow[p] else bench.warmup, mode != "eager") for p, mode in keys}
+    steps = {(p, mode): 1 if slow[p] else bench.steps for p, mode in keys}
     rows, env_rates = [], {}
     for name in bench.scripts:
-        setups = {p: build(name, p, bench) for p in bench.precisions}
-        times = {p: dict(world_model=[], behaviour=[]) for p in bench.precisions}
+        setups = {key: build(name, *key, bench) for key in keys}
+        times = {key: dict(world_model=[], behaviour=[], first=None) for key in keys}
         flops = None
-        for i in range(bench.warmup + bench.steps):
-            for precision, setup in setups.items():  # interleaved
-                if i >= warmup[precision] + steps[precision]:
+        for i in range(max(warmup[key] + steps[key] for key in keys)):
+            for key, setup in setups.items():  # interleaved
+                if i >= warmup[key] + steps[key]:
                     continue
                 sync(device)
                 t0 = time.perf_counter()
-                start = setup["world_model"]()
-                sync(device)
-                t1 = time.perf_counter()
-                setup["behaviour"](start)
+                t1 = setup["step"]()
                 sync(device)
                 t2 = time.perf_counter()
-                if i >= warmup[precision]:
-                    times[precision]["world_model"].append(t1 - t0)
-                    times[precision]["behaviour"].append(t2 - t1)
-        for precision, setup in setups.items():
-            if bench.flops and flops is None:  # the same matrix products in every precision: count them once
+                if i == 0:
+                    times[key]["first"] = t2 - t0
+                if i >= warmup[key]:
+                    times[key]["world_model"].append(t1 - t0)
+                    times[key]["behaviour"].append(t2 - t1)
+        for key, setup in setups.items():
+            if bench.flops and flops is None:  # the same matrix products in every precision and mode: count them once
                 with FlopCounterMode(display=False) as counter:
-                    setup["behaviour"](setup["world_model"]())
+                    setup["step"](eager=True)
                 flops = counter.get_total_flops()
-            act_steps = max(1, bench.act_steps // 10) if slow[precision] else bench.act_steps
+            kernels = count_kernels(setup["step"], device) if bench.kernels else None
+            act_steps = max(1, bench.act_steps // 10) if slow[key[0]] else bench.act_steps
             for _ in range(min(10, act_steps)):
                 setup["act"]()
             sync(device)
@@ -296,31 +350,39 @@ def main(bench: Bench):
                 setup["act"]()
             sync(device)
             act_rate = act_steps / (time.perf_counter() - t0)
-            wm_s = sum(times[precision]["world_model"]) / steps[precision]
-            beh_s = sum(times[precision]["behaviour"]) / steps[precision]
+            wm_s = sum(times[key]["world_model"]) / steps[key]
+            beh_s = sum(times[key]["behaviour"]) / steps[key]
+            compile_s = times[key]["first"] - wm_s - beh_s if key[1] != "eager" else None
             args = setup["args"]
-            rows.append((name, precision, args.batch_size, args.batch_length, wm_s, beh_s, flops, act_rate))
+            rows.append(
+                (name, *key, setup["params"], args.batch_size, args.batch_length, wm_s, beh_s, kernels, compile_s, flops,
+                 act_rate)
+            )  # fmt: skip
         del setups
         env_rates[name] = env_rate(name, bench.act_steps) if bench.env else None
-    fp32 = {name: wm + beh for name, precision, _, _, wm, beh, _, _ in rows if precision == "32"}
     print("\nmatmul peak: " + ", ".join(f"{p} {peaks[p][0] / 1e9:.0f} GFLOP/s ({peaks[p][1]}^3)" for p in bench.precisions))
     if any(slow.values()):
         print("bf16 is emulated on this machine: its rows are one timed step each, with no warm-up")
+    base = {}  # each script's first row (eager fp32 by default): the baseline of "speed-up"
     print(
-        "\n| script | precision | batch | s / gradient step | world model | behaviour | vs fp32 | GFLOP / step "
-        "| GFLOP/s | of matmul peak | acting, policy steps/s | env alone, policy steps/s |"
+        "\n| script | precision | mode | parameters | batch | s / gradient step | world model | behaviour | speed-up "
+        "| kernels / step | compile s | GFLOP / step | GFLOP/s | of matmul peak | acting, policy steps/s "
+        "| env alone, policy steps/s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for name, precision, batch_size, batch_length, wm_s, beh_s, flops, act_rate in rows:
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, precision, mode, params, batch_size, batch_length, wm_s, beh_s, kernels, compile_s, flops, act in rows:
         total = wm_s + beh_s
-        speedup = f"{fp32[name] / total:.2f}x" if name in fp32 else "-"
+        base.setdefault(name, total)
         gflop = f"{flops / 1e9:.3g}" if flops else "-"
         rate = f"{flops / total / 1e9:.3g}" if flops else "-"
         share = f"{100 * flops / total / peaks[precision][0]:.0f}%" if flops else "-"
         env = "-" if env_rates[name] is None else f"{env_rates[name]:.0f}"
+        # V1's train_step computes all three gradients before its first optimizer step: no halves to tell apart
+        halves = "- | -" if name == "v1" else f"{wm_s:.3f} | {beh_s:.3f}"
         print(
-            f"| {name} | {precision} | {batch_size} x {batch_length} | {total:.2f} | {wm_s:.2f} | {beh_s:.2f} | {speedup} "
-            f"| {gflop} | {rate} | {share} | {act_rate:.0f} | {env} |"
+            f"| {name} | {precision} | {mode} | {params / 1e6:.2f}M | {batch_size} x {batch_length} | {total:.3f} "
+            f"| {halves} | {base[name] / total:.2f}x | {'-' if kernels is None else kernels} "
+            f"| {'-' if compile_s is None else f'{compile_s:.0f}'} | {gflop} | {rate} | {share} | {act:.0f} | {env} |"
         )
 
 

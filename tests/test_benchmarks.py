@@ -1,4 +1,5 @@
-"""benchmarks/speed.py runs every script's gradient step, FLOP count, acting and env, and prints its table (tiny sizes)."""
+"""benchmarks/speed.py runs every script's gradient step (eager and compiled), its kernel and FLOP counts, acting and env,
+and prints its table (tiny sizes)."""
 
 import os
 import re
@@ -24,26 +25,43 @@ def speed(*flags: str) -> subprocess.CompletedProcess:
     return out
 
 
+def cells(row: str) -> list:
+    return [c.strip() for c in row.strip().strip("|").split("|")]
+
+
 def test_speed_table_has_a_row_per_script_and_precision():
     out = speed()
     rows = [line for line in out.stdout.splitlines() if re.match(r"\| (v1|v2|v3|v2-dmc) \|", line)]
-    assert [r.split("|")[1:3] for r in rows] == [
-        [f" {s} ", f" {p} "] for s in ("v1", "v2", "v3", "v2-dmc") for p in ("32", "bf16")
-    ]
+    assert [cells(r)[:3] for r in rows] == [[s, p, "eager"] for s in ("v1", "v2", "v3", "v2-dmc") for p in ("32", "bf16")]
     for row in rows:
-        cells = [c.strip().rstrip("x%") for c in row.strip("|").split("|")[3:]]
-        total, world_model, behaviour, _, gflop, _, _, act, env = [float(c) for c in cells]
-        assert total > 0 and abs(total - world_model - behaviour) < 0.02 and gflop > 0 and act > 0 and env > 0, row
+        params, _, total, world_model, behaviour, _, kernels, compile_s, gflop, _, _, act, env = cells(row)[3:]
+        total, gflop, act, env = map(float, (total, gflop, act, env))
+        assert total > 0 and gflop > 0 and act > 0 and env > 0, row
+        if row.startswith("| v1 "):  # all three gradients before the first optimizer step: not split
+            assert world_model == behaviour == "-", row
+        else:
+            assert abs(total - float(world_model) - float(behaviour)) < 0.02, row
+        assert float(params.rstrip("M")) > 0 and int(kernels) > 100 and compile_s == "-", row
+
+
+def test_speed_compiled_against_eager():
+    """--modes eager compiled: a compiled row beside each eager one, with fewer kernels per step and its compile time."""
+    out = speed("--scripts", "v3", "--precisions", "32", "--modes", "eager", "compiled", "--no-flops", "--no-env")
+    rows = {cells(line)[2]: cells(line) for line in out.stdout.splitlines() if line.startswith("| v3 ")}
+    assert list(rows) == ["eager", "compiled"], out.stdout
+    eager_kernels, compiled_kernels = int(rows["eager"][9]), int(rows["compiled"][9])
+    assert compiled_kernels < eager_kernels / 2, (eager_kernels, compiled_kernels)
+    assert rows["eager"][10] == "-" and float(rows["compiled"][10]) > 1, rows
 
 
 def test_speed_without_flops_and_env():
     """--no-flops --no-env (a machine without the envs, such as a GPU box with only torch): dashes in those columns."""
-    out = speed("--scripts", "v3", "--no-flops", "--no-env")
+    out = speed("--scripts", "v3", "--no-flops", "--no-env", "--no-kernels")
     rows = [line for line in out.stdout.splitlines() if line.startswith("| v3 ")]
     assert len(rows) == 2, rows
     for row in rows:
-        cells = [c.strip() for c in row.strip("|").split("|")]
-        assert float(cells[3]) > 0 and cells[7:10] == ["-", "-", "-"] and float(cells[10]) > 0 and cells[11] == "-", row
+        c = cells(row)
+        assert float(c[5]) > 0 and c[9] == "-" and c[11:14] == ["-", "-", "-"] and float(c[14]) > 0 and c[15] == "-", row
 
 
 def test_speed_where_bf16_is_emulated(monkeypatch, capsys):
@@ -55,22 +73,23 @@ def test_speed_where_bf16_is_emulated(monkeypatch, capsys):
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
     calls, build = {"32": 0, "bf16": 0}, speed.build
 
-    def counting_build(name, precision, bench):
-        setup = build(name, precision, bench)
-        world_model = setup["world_model"]
+    def counting_build(name, precision, mode, bench):
+        setup = build(name, precision, mode, bench)
+        step = setup["step"]
 
-        def counted():
+        def counted(eager: bool = False):
             calls[precision] += 1
-            return world_model()
+            return step(eager)
 
-        return dict(setup, world_model=counted)
+        return dict(setup, step=counted)
 
     monkeypatch.setattr(speed, "build", counting_build)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         speed.main(
-            speed.Bench(scripts=["v3"], warmup=2, steps=3, act_steps=2, flops=False, env=False, device="cpu", tiny=True)
+            speed.Bench(scripts=["v3"], warmup=2, steps=3, act_steps=2, kernels=False, flops=False, env=False, device="cpu",
+                        tiny=True)
         )
     finally:
         torch.set_num_threads(threads)

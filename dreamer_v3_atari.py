@@ -377,7 +377,7 @@ def scan_steps(step, carry: dict, xs: tuple, chunk: int = 8) -> tuple:
     """carry, y_t = step(carry, x_t) for t = 0..T-1 over the inputs xs [T, ...] -> (last carry, the y_t stacked [T, ...]).
     Carry and y_t are dicts of tensors. Eagerly a Python loop. Under torch.compile (--compile) a scan over chunks of
     `chunk` steps unrolled: the compiler optimises one chunk, whose steps fuse into few kernels, instead of every step
-    (an unrolled 64-step loop compiles many times slower; docs/speed.md)."""
+    (a fully unrolled loop took at least 2.7 times as long to compile and ran slower; docs/speed.md)."""
 
     def unroll(carry: dict, xs: tuple) -> tuple:
         ys = []

@@ -903,12 +903,26 @@ def average_and_clip(params: list, clip: float) -> torch.Tensor:
     return nn.utils.clip_grad_norm_(params, clip)
 
 
-def to_device(batch: dict, device: torch.device) -> dict:
-    """The replay's numpy batch as tensors on `device`: on CUDA through pinned memory, so that the copy is queued without
-    waiting for the device; on the CPU the arrays themselves (no copy)."""
-    if device.type != "cuda":
-        return {k: torch.as_tensor(v) for k, v in batch.items()}
-    return {k: torch.from_numpy(v).pin_memory().to(device, non_blocking=True) for k, v in batch.items()}
+class DeviceBatch:
+    """The replay's numpy batches as tensors on `device`. On the CPU: the arrays themselves (no copy). On CUDA: copied
+    into device tensors that the first batch allocates and every later one reuses, through pinned memory, so that each
+    copy is queued behind the previous gradient step (which still reads the tensors) without waiting for the device.
+    With `static` (--compile), the tensors are marked as static addresses: the compiled step's CUDA graphs then read the
+    batch where it lies instead of first copying it into their own memory."""
+
+    def __init__(self, device: torch.device, static: bool = False):
+        self.device, self.static, self.buffers = device, static, None
+
+    def __call__(self, batch: dict) -> dict:
+        if self.device.type != "cuda":
+            return {k: torch.as_tensor(v) for k, v in batch.items()}
+        if self.buffers is None:
+            self.buffers = {k: torch.empty_like(torch.from_numpy(v), device=self.device) for k, v in batch.items()}
+            for buffer in self.buffers.values() if self.static else ():
+                torch._dynamo.mark_static_address(buffer)
+        for k, v in batch.items():
+            self.buffers[k].copy_(torch.from_numpy(v).pin_memory(), non_blocking=True)
+        return self.buffers
 
 
 def train_step(wm, actor, critic, slow_critic, return_norm, model_opt, actor_opt, critic_opt, batch: dict, carry: tuple,
@@ -1549,6 +1563,7 @@ if __name__ == "__main__":
     capacity = min(args.buffer_size, (run.checkpoint["args"] if run.checkpoint else asdict(args))["total_timesteps"])
     rb = SequenceReplay(capacity, args.num_envs, obs_shape, action_size, args.batch_size, args.batch_length, args.tbptt,
                         args.tbptt_jump_prob, args.seed + args.rank)  # fmt: skip
+    device_batch = DeviceBatch(device, static=args.compile)  # on CUDA: the batch's fixed device memory
     ratio = Ratio(args.replay_ratio)
     carry = (wm.rssm.initial(args.batch_size), torch.zeros(args.batch_size, action_size, device=device))
     carry = ({k: v.detach().clone() for k, v in carry[0].items()}, carry[1])
@@ -1599,7 +1614,7 @@ if __name__ == "__main__":
             loop.train_policy_steps += args.num_envs * args.world_size
             repeats = ratio(loop.train_policy_steps / args.world_size)
             for _ in range(repeats):
-                batch = to_device(rb.sample(), device)
+                batch = device_batch(rb.sample())
                 loop.carry, metrics, checks = train_step(wm, actor, critic, slow_critic, return_norm, model_opt,
                                                          actor_opt, critic_opt, batch, loop.carry, loss_scales, args,
                                                          autocast)  # fmt: skip

@@ -225,3 +225,33 @@ def test_the_ranks_compare_their_stop_flags_every_16th_iteration_on_the_cpu(monk
     assert calls == ["cpu", "cpu"]
     run.args.world_size = 1
     assert v3.Run.stop_requested(run, 7) and calls == ["cpu", "cpu"]  # one process: at once, without a collective
+
+
+def test_device_batch_is_the_same_class_in_every_script():
+    texts = {inspect.getsource(m.DeviceBatch) for m in (v1, v2, v2_dmc, v3)}
+    assert len(texts) == 1, "DeviceBatch differs between the scripts"
+
+
+def test_device_batch_on_the_cpu_uses_the_replay_arrays_without_a_copy():
+    import numpy as np
+
+    batch = dict(obs=np.zeros((4, 2, 3), np.uint8), is_first=np.ones((4, 2), bool))
+    tensors = v3.DeviceBatch(torch.device("cpu"), static=True)(batch)
+    tensors["obs"][0, 0, 0] = 7
+    assert batch["obs"][0, 0, 0] == 7 and tensors["is_first"].dtype == torch.bool
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("static", [False, True])
+def test_device_batch_on_cuda_lands_every_batch_in_the_same_device_memory(static: bool):
+    import numpy as np
+
+    device_batch = v3.DeviceBatch(torch.device("cuda"), static=static)
+    rng = np.random.default_rng(0)
+    pointers = set()
+    for _ in range(3):
+        batch = dict(obs=rng.integers(0, 256, (8, 2, 3, 4, 4), dtype=np.uint8), reward=rng.random((8, 2), np.float32))
+        tensors = device_batch(batch)
+        pointers.add(tuple(t.data_ptr() for t in tensors.values()))
+        assert all(t.is_cuda and torch.equal(t.cpu(), torch.from_numpy(batch[k])) for k, t in tensors.items())
+    assert len(pointers) == 1

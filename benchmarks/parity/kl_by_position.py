@@ -1,0 +1,77 @@
+"""How the world model's losses depend on a step's position in its replayed window: the KL and the image loss at each
+of 2T steps filtered from the zero state, for a dreamer_v2_dmc.py checkpoint.
+
+A window's first T steps are what a batch row sees when it starts from the zero state (the official DreamerV2, and
+ours with --no-tbptt); its last T steps are what a row sees when it carries the state of the T steps before (ours with
+--tbptt). The two halves' means are then the logged `kl`/`image` of the two ways of sampling, on the same weights.
+
+    python benchmarks/parity/kl_by_position.py runs/<run_name>/checkpoint.pt --windows 256
+"""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+import dreamer_v2_dmc as script  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("checkpoint", help="runs/<run_name>/checkpoint.pt of a dreamer_v2_dmc.py run (--checkpoint-buffer)")
+    parser.add_argument("--windows", type=int, default=256, help="windows sampled from the replay, each of 2T steps")
+    parser.add_argument("--batch", type=int, default=32, help="windows per forward pass")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--every", type=int, default=5, help="print every this many positions")
+    cli = parser.parse_args()
+
+    checkpoint = script.load_checkpoint(cli.checkpoint)
+    args = script.Args(**{k: v for k, v in checkpoint["args"].items() if k in script.Args.__dataclass_fields__})
+    replay = checkpoint["replay"]
+    if "obs" not in replay:
+        sys.exit(f"{cli.checkpoint}: this checkpoint holds no replay data; use one written with --checkpoint-buffer")
+    obs, action = replay["obs"][:, 0], replay["action"][:, 0]  # env 0: [steps, C, H, W], [steps, A]
+    is_first = replay["is_first"][:, 0].numpy()
+    T = args.batch_length
+    wm = script.WorldModel(tuple(obs.shape[1:]), action.shape[-1], args)
+    wm.load_state_dict(checkpoint["wm"])
+    wm.eval()
+
+    # window starts: 2T steps inside one episode (no is_first after the window's first step)
+    firsts = np.flatnonzero(is_first)
+    ends = np.append(firsts[1:], len(is_first))
+    starts = np.concatenate([np.arange(a, b - 2 * T + 1) for a, b in zip(firsts, ends) if b - a >= 2 * T])
+    rng = np.random.default_rng(cli.seed)
+    chosen = rng.choice(starts, cli.windows, replace=False)
+
+    kl_sum, image_sum = torch.zeros(2 * T), torch.zeros(2 * T)
+    with torch.no_grad():
+        for i in range(0, cli.windows, cli.batch):
+            s = torch.as_tensor(chosen[i : i + cli.batch])
+            idx = s[None] + torch.arange(2 * T)[:, None]  # [2T, B]
+            B = idx.shape[1]
+            batch_obs, batch_action = obs[idx], action[idx]
+            first = torch.zeros(2 * T, B, dtype=torch.bool)
+            first[0] = True
+            prev_actions = torch.cat([torch.zeros_like(batch_action[:1]), batch_action[:-1]], 0)
+            embed = wm.encoder(batch_obs)
+            post, prior = wm.rssm.observe(embed, prev_actions, first, wm.rssm.initial(B))
+            kl_sum += script.categorical_kl(post["logits"], prior["logits"]).sum(1)
+            recon = wm.decoder(wm.rssm.get_feat(post))
+            image_sum += script.gaussian_nll(recon, batch_obs.float() / 255.0, event_dims=3).sum(1)
+    kl, image = kl_sum / cli.windows, image_sum / cli.windows
+    const = 0.5 * np.log(2 * np.pi) * np.prod(obs.shape[1:])  # the unit-variance Gaussian's constant, summed over pixels
+    print(f"{cli.checkpoint}: policy step {checkpoint['global_step']}, {cli.windows} windows of 2 x {T} steps, "
+          f"free nats {args.kl_free}")  # fmt: skip
+    print("position  KL (nats)  image loss less its constant")
+    for t in range(0, 2 * T, cli.every):
+        print(f"{t:8d}  {kl[t]:9.3f}  {image[t] - const:9.3f}")
+    for name, part in (("zero start (steps 0..T-1)", slice(0, T)), ("carried state (steps T..2T-1)", slice(T, 2 * T))):
+        print(f"{name:32s} KL {kl[part].mean():.3f}  image {image[part].mean() - const:.3f}")
+
+
+if __name__ == "__main__":
+    main()

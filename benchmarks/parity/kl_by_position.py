@@ -19,6 +19,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import dreamer_v2_dmc as script  # noqa: E402
 
 
+def window_starts(is_first: np.ndarray, length: int) -> np.ndarray:
+    """Every start of a window of `length` steps that lies inside one episode: no episode starts after its first step.
+    Steps before the first is_first (an episode whose start was overwritten) are left out."""
+    firsts = np.flatnonzero(is_first)
+    ends = np.append(firsts[1:], len(is_first))
+    return np.concatenate([np.arange(a, b - length + 1) for a, b in zip(firsts, ends) if b - a >= length] + [[]]).astype(int)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint", help="runs/<run_name>/checkpoint.pt of a dreamer_v2_dmc.py run (--checkpoint-buffer)")
@@ -40,10 +48,10 @@ def main():
     wm.load_state_dict(checkpoint["wm"])
     wm.eval()
 
-    # window starts: 2T steps inside one episode (no is_first after the window's first step)
-    firsts = np.flatnonzero(is_first)
-    ends = np.append(firsts[1:], len(is_first))
-    starts = np.concatenate([np.arange(a, b - 2 * T + 1) for a, b in zip(firsts, ends) if b - a >= 2 * T])
+    starts = window_starts(is_first, 2 * T)
+    if len(starts) < cli.windows:
+        sys.exit(f"{cli.checkpoint}: the replay holds {len(starts)} windows of {2 * T} steps inside an episode; pass "
+                 f"--windows {len(starts)} or fewer")  # fmt: skip
     rng = np.random.default_rng(cli.seed)
     chosen = rng.choice(starts, cli.windows, replace=False)
 

@@ -4,6 +4,7 @@
 #
 #   bash benchmarks/parity/dreamerv2_official.sh setup
 #   bash benchmarks/parity/dreamerv2_official.sh run PRESET SEED LOGDIR [more official flags, e.g. --steps 3e4]
+#   bash benchmarks/parity/dreamerv2_official.sh time PRESET EPISODES_DIR   # seconds per gradient step (alone!)
 #
 # PRESET is one of ours, spelled as its `--exp-name` in docs/results.md (docs/parity.md maps every one of our flags to
 # its config key):
@@ -86,8 +87,21 @@ case "${1:-}" in
         # shellcheck disable=SC2086  # the preset's flags are words
         exec "$VENV/bin/python" "$SRC/dreamerv2/train.py" --logdir "$logdir" --seed "$seed" $flags "$@"
         ;;
+    time)
+        # seconds per gradient step of the official Agent.train at the preset's settings (official_step_time.py)
+        [ $# -ge 3 ] || { echo "usage: $0 time PRESET EPISODES_DIR [flags]" >&2; exit 2; }
+        preset="$2" episodes="$3"
+        shift 3
+        [ -x "$VENV/bin/python" ] || { echo "dreamerv2_official.sh: run '$0 setup' first" >&2; exit 2; }
+        flags=$(preset_flags "$preset")
+        export MUJOCO_GL="${MUJOCO_GL:-egl}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+        export TF_NUM_INTRAOP_THREADS="${TF_NUM_INTRAOP_THREADS:-$OMP_NUM_THREADS}" TF_NUM_INTEROP_THREADS=1
+        # shellcheck disable=SC2086  # the preset's flags are words
+        exec "$VENV/bin/python" "$(dirname "$0")/official_step_time.py" --src "$SRC/dreamerv2" --episodes "$episodes" \
+            $flags "$@"
+        ;;
     *)
-        echo "usage: $0 setup | run PRESET SEED LOGDIR [flags]" >&2
+        echo "usage: $0 setup | run PRESET SEED LOGDIR [flags] | time PRESET EPISODES_DIR [flags]" >&2
         exit 2
         ;;
 esac

@@ -4,7 +4,8 @@
 #
 #   bash benchmarks/parity/dreamerv2_official.sh setup
 #   bash benchmarks/parity/dreamerv2_official.sh run PRESET SEED LOGDIR [more official flags, e.g. --steps 3e4]
-#   bash benchmarks/parity/dreamerv2_official.sh time PRESET EPISODES_DIR   # seconds per gradient step (alone!)
+#   bash benchmarks/parity/dreamerv2_official.sh time PRESET LOGDIR   # seconds per gradient step (measure alone)
+#   bash benchmarks/parity/dreamerv2_official.sh eval PRESET LOGDIR [--eval-episodes N]   # its saved weights' returns
 #
 # PRESET is one of ours, spelled as its `--exp-name` in docs/results.md (docs/parity.md maps every one of our flags to
 # its config key):
@@ -87,21 +88,22 @@ case "${1:-}" in
         # shellcheck disable=SC2086  # the preset's flags are words
         exec "$VENV/bin/python" "$SRC/dreamerv2/train.py" --logdir "$logdir" --seed "$seed" $flags "$@"
         ;;
-    time)
-        # seconds per gradient step of the official Agent.train at the preset's settings (official_step_time.py)
-        [ $# -ge 3 ] || { echo "usage: $0 time PRESET EPISODES_DIR [flags]" >&2; exit 2; }
-        preset="$2" episodes="$3"
+    time | eval)
+        # official_agent.py: seconds per gradient step of its Agent.train (time; measure alone), or the returns of
+        # evaluation episodes of LOGDIR/variables.pkl (eval)
+        [ $# -ge 3 ] || { echo "usage: $0 $1 PRESET LOGDIR [flags]" >&2; exit 2; }
+        mode="$1" preset="$2" logdir="$3"
         shift 3
         [ -x "$VENV/bin/python" ] || { echo "dreamerv2_official.sh: run '$0 setup' first" >&2; exit 2; }
         flags=$(preset_flags "$preset")
         export MUJOCO_GL="${MUJOCO_GL:-egl}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
         export TF_NUM_INTRAOP_THREADS="${TF_NUM_INTRAOP_THREADS:-$OMP_NUM_THREADS}" TF_NUM_INTEROP_THREADS=1
         # shellcheck disable=SC2086  # the preset's flags are words
-        exec "$VENV/bin/python" "$(dirname "$0")/official_step_time.py" --src "$SRC/dreamerv2" --episodes "$episodes" \
+        exec "$VENV/bin/python" "$(dirname "$0")/official_agent.py" "$mode" --src "$SRC/dreamerv2" --run "$logdir" \
             $flags "$@"
         ;;
     *)
-        echo "usage: $0 setup | run PRESET SEED LOGDIR [flags] | time PRESET EPISODES_DIR [flags]" >&2
+        echo "usage: $0 setup | run PRESET SEED LOGDIR [flags] | time PRESET LOGDIR | eval PRESET LOGDIR" >&2
         exit 2
         ;;
 esac

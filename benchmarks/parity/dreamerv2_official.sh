@@ -10,13 +10,18 @@
 # PRESET is one of ours, spelled as its `--exp-name` in docs/results.md (docs/parity.md maps every one of our flags to
 # its config key):
 #   cartpole_balance_reduced   dreamer_v2_dmc.py, cartpole-balance from pixels, the reduced model (2.27M parameters)
+#   kfm_v2_reduced             dreamer_v2_atari.py, Atari Kung Fu Master, the reduced model (5.27M parameters), 100k
+#                              frames (our command: docs/parity.md)
 #
 # Nothing of the official code enters this repository: `setup` clones it (DREAMERV2_GIT, default its GitHub address;
 # a local clone or mirror works too) into PARITY_HOME (default ~/.cache/dreamer-parity), checks out 07d906e, makes
 # the few compatibility edits below as scripted substitutions, and builds a virtualenv there with the versions that
-# run it on a current Linux (TensorFlow 2.15 CPU; see the pins). The run is CPU-only, one thread, fp32 (`--precision
-# 32`: its float16 needs a GPU). It resumes from LOGDIR when LOGDIR holds a run already (variables.pkl and the
-# episodes it wrote); its curve is LOGDIR/metrics.jsonl, read by benchmarks/plot_curves.py --official-run "LABEL=GLOB".
+# run it on a current Linux (TensorFlow 2.15 CPU; see the pins). Its Atari env was written for the gym of 2021
+# (`gym.envs.atari.AtariEnv` on atari-py, the old four-value step); the edits below run it on gym 0.26 with ale-py
+# 0.8.1's AtariEnv and gym's own AtariPreprocessing, with the same settings, and copy the ROMs from the ale-py wheel
+# of our side (ale-py 0.8.1 ships none). The run is CPU-only, one thread, fp32 (`--precision 32`: its float16 needs a
+# GPU). It resumes from LOGDIR when LOGDIR holds a run already (variables.pkl and the episodes it wrote); its curve is
+# LOGDIR/metrics.jsonl, read by benchmarks/plot_curves.py --official-run "LABEL=GLOB".
 set -euo pipefail
 
 COMMIT=07d906e
@@ -44,15 +49,55 @@ setup() {
     # it asserts a GPU before anything else (its own message: "To actually train on CPU remove this assert").
     sed -i "s/^  assert tf.config.experimental.list_physical_devices('GPU'), message$/  pass  # CPU run: GPU assert removed/" \
         "$SRC/dreamerv2/train.py"
+    # Atari (class Atari only): gym 0.26 has no gym.envs.atari; ale-py 0.8.1's AtariEnv is the same env on the newer
+    # ALE (same arguments: frameskip 1 inside gym's AtariPreprocessing, sticky actions 0.25, minimal action set), except
+    # that its RGB screen is spelled 'rgb' (atari-py's 'image') and its RAM is read from its ALE (no _get_ram); gym
+    # 0.26's EnvSpec (the spec that tells AtariPreprocessing the inner env does not skip frames) wants an entry point;
+    local atari='/^class Atari:/,/^class Crafter:/'
+    sed -i -e "$atari s/^    import gym\.envs\.atari$/    import ale_py.env.gym/" \
+        -e "$atari s/gym\.envs\.atari\.AtariEnv(/ale_py.env.gym.AtariEnv(/" \
+        -e "$atari s/obs_type='image'/obs_type='rgb'/" \
+        -e "$atari s/self\._env\.env\._get_ram()/self._env.env.ale.getRAM()/" \
+        -e "$atari s/EnvSpec('NoFrameskip-v0')/EnvSpec('NoFrameskip-v0', entry_point=None)/" \
+        "$SRC/dreamerv2/common/envs.py"
+    # gym 0.26's step returns (obs, reward, terminated, truncated, info) and its reset (obs, info). The inner env has
+    # no frame limit (ALE's max_num_frames_per_episode stays 0), so it never truncates and `done` is the game over, as
+    # before; the 27,000-step limit is the official TimeLimit wrapper's, as before.
+    sed -i -e "$atari s/^    image, reward, done, info = self\._env\.step(/    image, reward, done, _, info = self._env.step(/" \
+        -e "$atari s/^      image = self\._env\.reset()$/      image, _ = self._env.reset()/" \
+        "$SRC/dreamerv2/common/envs.py"
     git -C "$SRC" diff --stat
     if [ ! -x "$VENV/bin/python" ]; then
         "$PYTHON" -m venv "$VENV"
     fi
     # Pins: Keras 3 (TF 2.16+) breaks it; tfp 0.23 matches TF 2.15; ruamel.yaml 0.18 removed the safe_load it calls;
-    # gym 0.21 no longer builds; mujoco 4 breaks dm_control 1.0.50.
+    # gym 0.21 no longer builds; mujoco 4 breaks dm_control 1.0.50; ale-py 0.8.1 is the last ale-py on gym (0.9 moved
+    # to gymnasium); opencv is what gym's AtariPreprocessing resizes with (cv2.INTER_AREA, as the gym of 2021);
+    # opencv 4.11+ wants NumPy 2.
     "$VENV/bin/pip" install --quiet tensorflow-cpu==2.15.1 tensorflow-probability==0.23.0 "numpy==1.26.4" \
-        ruamel.yaml==0.17.40 gym==0.26.2 dm_control==1.0.50 "mujoco>=3,<4" rich
+        ruamel.yaml==0.17.40 gym==0.26.2 dm_control==1.0.50 "mujoco>=3,<4" rich ale-py==0.8.1 \
+        opencv-python-headless==4.10.0.84
+    # The Atari ROMs: ale-py 0.8.1 ships none (its ROMs came from a separate download that needs more than PyPI);
+    # ale-py 0.9+ wheels carry them. Take the .bin files of ale-py 0.12.1 (the version of our side, so both play the
+    # same ROM) into ale-py 0.8.1's own ROM folder, where it looks first and checks each against its list of MD5s.
+    local roms
+    roms=$("$VENV/bin/python" -c "import ale_py.roms, os; print(os.path.dirname(ale_py.roms.__file__))")
+    if [ ! -f "$roms/kung_fu_master.bin" ]; then
+        "$VENV/bin/pip" download --quiet --no-deps --only-binary=:all: --python-version 3.11 ale-py==0.12.1 \
+            -d "$PARITY_HOME/wheels"
+        "$VENV/bin/python" - "$roms" "$PARITY_HOME"/wheels/ale_py-0.12.1-*.whl <<'PY'
+import os, sys, zipfile
+roms, wheel = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(wheel) as z:
+    names = [n for n in z.namelist() if n.startswith("ale_py/roms/") and n.endswith(".bin")]
+    for name in names:
+        with open(os.path.join(roms, os.path.basename(name)), "wb") as f:
+            f.write(z.read(name))
+print(f"{len(names)} ROMs copied into {roms}")
+PY
+    fi
     "$VENV/bin/python" -c "import tensorflow as tf, tensorflow_probability, dm_control.suite; print('tf', tf.__version__)"
+    "$VENV/bin/python" -c "import ale_py.roms; print('ROM', ale_py.roms.KungFuMaster)"
 }
 
 preset_flags() {
@@ -67,8 +112,18 @@ preset_flags() {
                 --reward_head.layers 2 --reward_head.units 200 --discount_head.layers 2 --discount_head.units 200 \
                 --actor.layers 2 --actor.units 200 --critic.layers 2 --critic.units 200
             ;;
+        kfm_v2_reduced)
+            # dreamer_v2_atari.py --env-id ALE/KungFuMaster-v5 --total-timesteps 25000 --learning-starts 1024
+            #   --deter-size 256 --hidden-size 256 --cnn-depth 16 --mlp-units 256 --precision 32 --eval-every 2500
+            #   --eval-episodes 1 (everything else, the heads' 4 layers and the 32 x 32 latents included, is the
+            #   paper's Atari config on both sides)
+            echo --configs atari --task atari_kung_fu_master --precision 32 --steps 2.5e4 --prefill 1024 \
+                --eval_every 2500 --eval_eps 1 --log_every 1000 \
+                --encoder.cnn_depth 16 --decoder.cnn_depth 16 --rssm.deter 256 --rssm.hidden 256 \
+                --reward_head.units 256 --discount_head.units 256 --actor.units 256 --critic.units 256
+            ;;
         *)
-            echo "dreamerv2_official.sh: unknown preset '$1'; use cartpole_balance_reduced" >&2
+            echo "dreamerv2_official.sh: unknown preset '$1'; use cartpole_balance_reduced or kfm_v2_reduced" >&2
             exit 2
             ;;
     esac

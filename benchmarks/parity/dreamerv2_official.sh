@@ -49,6 +49,12 @@ setup() {
     # it asserts a GPU before anything else (its own message: "To actually train on CPU remove this assert").
     sed -i "s/^  assert tf.config.experimental.list_physical_devices('GPU'), message$/  pass  # CPU run: GPU assert removed/" \
         "$SRC/dreamerv2/train.py"
+    # Resuming (no training effect): it saves its weights (not the optimizers' moments) only after each eval_every
+    # stretch of training, while the episodes it collects are on disk at once, so a run stopped between two saves
+    # resumes with weights up to eval_every policy steps older than its replay, and those gradient steps are lost. It
+    # also saves them at every log (log_every policy steps), after the log is written.
+    sed -i "s/^      logger.write(fps=True)$/      logger.write(fps=True)\n      agnt.save(logdir \/ 'variables.pkl')  # parity: resumable at every log/" \
+        "$SRC/dreamerv2/train.py"
     # Atari (class Atari only): gym 0.26 has no gym.envs.atari; ale-py 0.8.1's AtariEnv is the same env on the newer
     # ALE (same arguments: frameskip 1 inside gym's AtariPreprocessing, sticky actions 0.25, minimal action set), except
     # that its RGB screen is spelled 'rgb' (atari-py's 'image') and its RAM is read from its ALE (no _get_ram); gym

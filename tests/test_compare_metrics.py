@@ -26,4 +26,9 @@ def test_table_has_every_metric_with_both_sides_in_the_bins_the_runs_reached():
         values = [float(v) for v in official_cell.split(", ") + ours_cell.split(", ")]
         assert len(values) == 4 and all(v == v for v in values), row  # no NaN
     image = next(r for r in rows if r.startswith("| image_loss"))
-    assert "(less the constant)" in image and all(abs(float(v)) < 100 for v in image.split("|")[3].replace("/", ",").split(","))
+    image_values = image.split("|")[3].replace("/", ",").split(",")
+    assert "(less the constant)" in image and all(abs(float(v)) < 100 for v in image_values)
+    evals = [line for line in out.stdout.splitlines() if line.startswith("- ")]
+    assert len(evals) == 4 and all(line.count("k: ") >= 3 for line in evals), out.stdout  # every run evaluated 3+ times
+    official_frames = [float(x.split("k: ")[0]) for x in evals[0].split(": ", 1)[1].split(", ")]
+    assert official_frames == sorted(official_frames) and official_frames[0] == 2  # the prefill policy's, at 2k frames

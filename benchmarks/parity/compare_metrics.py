@@ -1,4 +1,5 @@
-"""The training metrics of the official DreamerV2 runs beside ours, as interval means in frame bins: one markdown table.
+"""The training metrics of the official DreamerV2 runs beside ours, as interval means in frame bins (one markdown table),
+then every evaluation return of every run with its frame count.
 
     python benchmarks/parity/compare_metrics.py \
         --official benchmarks/curves/parity/official_cartpole_balance_reduced_{1,2} \
@@ -60,14 +61,22 @@ def binned(points: list, edges: list) -> list:
 
 def main(c: Compare):
     constant = c.pixels * 0.5 * math.log(2 * math.pi)
-    runs = []  # per run: {official key: [(frames, value)]}
+    runs, evals = [], []  # per run: {official key: [(frames, value)]}; [(frames, return)]
     for logdir in c.official:
         records = [json.loads(line) for line in open(logdir / "metrics.jsonl")]
         runs.append({k: [(r["step"], r[k]) for r in records if k in r] for k in PAIRS})
+        evals.append([(r["step"], r["eval_return"]) for r in records if "eval_return" in r])
     for run_dir in c.ours:
         events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0}, purge_orphaned_data=False)
         events.Reload()
         runs.append({k: [(c.frames_per_step * e.step, e.value) for e in events.Scalars(tag)] for k, tag in PAIRS.items()})
+        # a resumed run logs again the evaluations after its checkpoint: keep each step's last
+        last = (
+            {e.step: e.value for e in events.Scalars("eval/episodic_return")}
+            if "eval/episodic_return" in events.Tags()["scalars"]
+            else {}
+        )
+        evals.append([(c.frames_per_step * step, value) for step, value in sorted(last.items())])
     labels = [f"official {p.name}" for p in c.official] + [f"ours {p.name}" for p in c.ours]
     print("runs, in each cell's order: " + "; ".join(labels) + "\n")
     ranges = [f"{low // 1000}k-{high // 1000}k" for low, high in zip(c.bins, c.bins[1:])]
@@ -82,6 +91,9 @@ def main(c: Compare):
                  for i in range(len(ranges))]  # fmt: skip
         name = f"{key} / {tag}" + (" (less the constant)" if shift else "")
         print(f"| {name} | " + " | ".join(cells) + " |")
+    print("\nevaluation returns, frames: return (the official `eval_return`, our `eval/episodic_return`)\n")
+    for label, points in zip(labels, evals):
+        print(f"- {label}: " + ", ".join(f"{frames / 1000:g}k: {value:.0f}" for frames, value in points))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,10 @@ def main():
     parser.add_argument("--batch", type=int, default=32, help="windows per forward pass")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--every", type=int, default=5, help="print every this many positions")
+    parser.add_argument("--batches", type=int, default=0, help="also draw this many batches as the run's own replay "
+                        "does (from the checkpoint's rows and TBPTT carry, and again with --no-tbptt's fresh windows), "
+                        "and report how often the batch's mean KL falls below the free nats, where the KL term has no "
+                        "gradient")  # fmt: skip
     cli = parser.parse_args()
 
     checkpoint = script.load_checkpoint(cli.checkpoint)
@@ -79,6 +83,36 @@ def main():
         print(f"{t:8d}  {kl[t]:9.3f}  {image[t] - const:9.3f}")
     for name, part in (("zero start (steps 0..T-1)", slice(0, T)), ("carried state (steps T..2T-1)", slice(T, 2 * T))):
         print(f"{name:32s} KL {kl[part].mean():.3f}  image {image[part].mean() - const:.3f}")
+    for tbptt in (True, False) if cli.batches else ():
+        kls = sampled_kl(wm, checkpoint, args, tbptt, cli.batches)
+        print(f"{cli.batches} batches as {'--tbptt' if tbptt else '--no-tbptt'} samples them: mean KL {kls.mean():.3f} "
+              f"(batches {kls.min():.3f}-{kls.max():.3f}), below the free nats ({args.kl_free}) in "
+              f"{(kls < args.kl_free).mean():.0%} of them")  # fmt: skip
+
+
+def sampled_kl(wm, checkpoint: dict, args, tbptt: bool, batches: int) -> np.ndarray:
+    """The unclipped batch-mean KL of `batches` batches drawn by the run's SequenceReplay, restored from the checkpoint
+    (its rows and random generator), each filtered from the carry that training would start it from (with --tbptt, the
+    checkpoint's carry and then each batch's last posterior). The weights stay the checkpoint's, and no new data comes
+    in, so rows that reach the newest step start afresh, a little more often than in training."""
+    saved = checkpoint["replay"]
+    obs_shape, action_size = tuple(saved["obs"].shape[2:]), saved["action"].shape[-1]
+    capacity = min(args.buffer_size, args.total_timesteps)
+    rb = script.SequenceReplay(capacity, args.num_envs, obs_shape, action_size, args.batch_size, args.batch_length,
+                               tbptt, args.tbptt_jump_prob, 0)  # fmt: skip
+    rb.load_state_dict(saved)
+    state, prev_action = (
+        checkpoint["carry"] if tbptt else (wm.rssm.initial(args.batch_size), torch.zeros(args.batch_size, action_size))
+    )
+    kls = []
+    with torch.no_grad():
+        for _ in range(batches):
+            batch = {k: torch.as_tensor(v) for k, v in rb.sample().items()}
+            prev_actions = torch.cat([prev_action[None], batch["action"][:-1]], 0)
+            post, prior = wm.rssm.observe(wm.encoder(batch["obs"]), prev_actions, batch["is_first"], state)
+            kls.append(script.categorical_kl(post["logits"], prior["logits"]).mean().item())
+            state, prev_action = {k: v[-1] for k, v in post.items()}, batch["action"][-1]
+    return np.array(kls)
 
 
 if __name__ == "__main__":

@@ -875,8 +875,9 @@ class DeviceBatch:
             return {k: torch.as_tensor(v) for k, v in batch.items()}
         if self.buffers is None:
             self.buffers = {k: torch.empty_like(torch.from_numpy(v), device=self.device) for k, v in batch.items()}
-            for buffer in self.buffers.values() if self.static else ():
-                torch._dynamo.mark_static_address(buffer)
+            if self.static:  # --compile: the CUDA graphs read the batch in place
+                for buffer in self.buffers.values():
+                    torch._dynamo.mark_static_address(buffer)
         for k, v in batch.items():
             self.buffers[k].copy_(torch.from_numpy(v).pin_memory(), non_blocking=True)
         return self.buffers

@@ -24,8 +24,6 @@ def test_windows_lie_inside_one_episode():
     is_first[[3, 40, 50, 90]] = True  # episodes of 37, 10, 40 and 10 steps; steps 0-2 belong to an overwritten one
     starts = kl_by_position.window_starts(is_first, 12)
     assert starts.tolist() == list(range(3, 29)) + list(range(50, 79))
-    for s in starts:
-        assert is_first[s] and not is_first[s + 1 : s + 12].any() or not is_first[s : s + 12].any()
     assert kl_by_position.window_starts(is_first, 41).size == 0
 
 

@@ -27,6 +27,15 @@ def window_starts(is_first: np.ndarray, length: int) -> np.ndarray:
     return np.concatenate([np.arange(a, b - length + 1) for a, b in zip(firsts, ends) if b - a >= length] + [[]]).astype(int)
 
 
+def filter_batch(wm, obs, action, is_first, carry: tuple) -> tuple:
+    """The world model's filter over a [T, B] batch from carry (state, last action), as world_model_loss runs it:
+    returns the posteriors and KL(post || prior) per step [T, B], unclipped."""
+    state, prev_action = carry
+    prev_actions = torch.cat([prev_action[None], action[:-1]], 0)  # a_{t-1}
+    post, prior = wm.rssm.observe(wm.encoder(obs), prev_actions, is_first, state)
+    return post, script.categorical_kl(post["logits"], prior["logits"])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint", help="runs/<run_name>/checkpoint.pt of a dreamer_v2_dmc.py run (--checkpoint-buffer)")
@@ -68,10 +77,9 @@ def main():
             batch_obs, batch_action = obs[idx], action[idx]
             first = torch.zeros(2 * T, B, dtype=torch.bool)
             first[0] = True
-            prev_actions = torch.cat([torch.zeros_like(batch_action[:1]), batch_action[:-1]], 0)
-            embed = wm.encoder(batch_obs)
-            post, prior = wm.rssm.observe(embed, prev_actions, first, wm.rssm.initial(B))
-            kl_sum += script.categorical_kl(post["logits"], prior["logits"]).sum(1)
+            carry = (wm.rssm.initial(B), torch.zeros_like(batch_action[0]))
+            post, kl = filter_batch(wm, batch_obs, batch_action, first, carry)
+            kl_sum += kl.sum(1)
             recon = wm.decoder(wm.rssm.get_feat(post))
             image_sum += script.gaussian_nll(recon, batch_obs.float() / 255.0, event_dims=3).sum(1)
     kl, image = kl_sum / cli.windows, image_sum / cli.windows
@@ -108,9 +116,8 @@ def sampled_kl(wm, checkpoint: dict, args, tbptt: bool, batches: int) -> np.ndar
     with torch.no_grad():
         for _ in range(batches):
             batch = {k: torch.as_tensor(v) for k, v in rb.sample().items()}
-            prev_actions = torch.cat([prev_action[None], batch["action"][:-1]], 0)
-            post, prior = wm.rssm.observe(wm.encoder(batch["obs"]), prev_actions, batch["is_first"], state)
-            kls.append(script.categorical_kl(post["logits"], prior["logits"]).mean().item())
+            post, kl = filter_batch(wm, batch["obs"], batch["action"], batch["is_first"], (state, prev_action))
+            kls.append(kl.mean().item())
             state, prev_action = {k: v[-1] for k, v in post.items()}, batch["action"][-1]
     return np.array(kls)
 

@@ -8,6 +8,7 @@ official code's virtualenv:
     # the return of N evaluation episodes of a run's saved weights (LOGDIR/variables.pkl), with the policy its
     # evaluations use (mode='eval': the actor's mode), as our --eval-model does for a checkpoint
     bash benchmarks/parity/dreamerv2_official.sh eval cartpole_balance_reduced LOGDIR --eval-episodes 10
+    bash benchmarks/parity/dreamerv2_official.sh eval kfm_v2_reduced LOGDIR --eval-episodes 10
 
 LOGDIR is an official run's logdir; nothing in it is changed (its train_episodes/ are copied to a temporary folder).
 """
@@ -47,11 +48,16 @@ def main():
     config = common.Flags(config).parse(remaining)
     tf.config.experimental_run_functions_eagerly(not config.jit)
     suite, task = config.task.split("_", 1)
-    if suite != "dmc":
-        sys.exit(f"official_agent.py: task {config.task}: only the dmc_* presets are set up here")
-    # as train.py's make_env: the DMC env, NormalizeAction, then TimeLimit (0: none, the task's own 1,000 steps)
-    env = common.DMC(task, config.action_repeat, config.render_size, config.dmc_camera)
-    env = common.TimeLimit(common.NormalizeAction(env), config.time_limit)
+    # as train.py's make_env: the DMC env and NormalizeAction, or the Atari env (as `setup` patched it for gym 0.26) and
+    # OneHotAction; then TimeLimit (DMC: 0, none, the task's own 1,000 steps; Atari: 27,000 policy steps)
+    if suite == "dmc":
+        env = common.NormalizeAction(common.DMC(task, config.action_repeat, config.render_size, config.dmc_camera))
+    elif suite == "atari":
+        env = common.Atari(task, config.action_repeat, config.render_size, config.atari_grayscale)
+        env = common.OneHotAction(env)
+    else:
+        sys.exit(f"official_agent.py: task {config.task}: only the dmc_* and atari_* presets are set up here")
+    env = common.TimeLimit(env, config.time_limit)
     print(f"official DreamerV2 {config.task}, batch {config.dataset.batch} x {config.dataset.length}, precision "
           f"{config.precision}, TensorFlow {tf.__version__}, OMP_NUM_THREADS {os.environ.get('OMP_NUM_THREADS')}")  # fmt: skip
 

@@ -180,9 +180,10 @@ MODEL_SIZES = {  # DreamerV3 paper, Table B.1 / 2023 configs.yaml
 RESUME_FLAGS = ("env_id", "grayscale", "num_envs", "deter_size", "hidden_size", "cnn_depth", "mlp_units",
                 "mlp_layers", "stoch_size", "classes", "reward_bins", "batch_size", "batch_length", "buffer_size",
                 "replay_ratio", "learning_starts")  # fmt: skip
-# with --eval-model these flags come from the command line, every other one from the saved model
+# with --eval-model these flags come from the command line, every other one from the saved model (not its --resume: a
+# resumed run's checkpoint names the checkpoint it resumed from, and the evaluation is a run of its own)
 EVAL_FLAGS = ("exp_name", "seed", "torch_deterministic", "cuda", "track", "wandb_project_name", "wandb_entity",
-              "capture_video", "precision", "compile", "eval_episodes", "eval_greedy", "eval_model")  # fmt: skip
+              "capture_video", "precision", "compile", "eval_episodes", "eval_greedy", "eval_model", "resume")  # fmt: skip
 
 
 def fail(message: str):

@@ -152,8 +152,12 @@ def test_sigterm_then_resume_with_two_subprocess_envs(tmp_path: Path):
 
 def test_eval_model_plays_and_records(user_run, tmp_path: Path):
     """--eval-model plays the saved agent with the flags it was trained with (action repeat 8: 125-step episodes), logs
-    eval/episodic_return per episode and records a video of the agent's 64x64 view."""
-    model = next(only_run_dir(user_run[0]).glob("*.cleanrl_model"))
+    eval/episodic_return per episode and records a video of the agent's 64x64 view, in a run directory of its own, also
+    for a resumed run's model (whose flags name the checkpoint it resumed from: the evaluation must not load it)."""
+    saved = torch.load(next(only_run_dir(user_run[0]).glob("*.cleanrl_model")), weights_only=False)
+    saved["args"]["resume"] = "runs/gone/checkpoint.pt"  # as a resumed run saves it
+    model = tmp_path / "resumed.cleanrl_model"
+    torch.save(saved, model)
     result = run(f"--eval-model {model} --eval-episodes 2 --capture-video --no-cuda", tmp_path)
     assert_ok(result)
     assert re.search(r"^eval of \S+ \(policy step 400\) on cartpole-balance: mean return [0-9.]+ \+- ", result.stdout, re.M)

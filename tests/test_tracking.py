@@ -84,9 +84,10 @@ def always_right_returns(seed: int, episodes: int) -> list:
 
 @pytest.mark.parametrize("script", list(SIZES))
 def test_eval_model(script: str, tracked_runs, tmp_path):
-    """--eval-model loads a saved model and plays it, records and uploads its videos, logs eval/ and trains nothing.
-    The saved actor is rewritten to always move right, so the returns show that the file's weights were the ones
-    playing (an unloaded or retrained actor would not reproduce them)."""
+    """--eval-model loads a saved model and plays it, records and uploads its videos, logs eval/ and trains nothing,
+    in a run directory of its own, also for a resumed run's model. The saved actor is rewritten to always move right, so
+    the returns show that the file's weights were the ones playing (an unloaded or retrained actor would not reproduce
+    them)."""
     import torch
 
     (model,) = glob.glob(str(tracked_runs[script][0] / "runs" / "*" / "*.cleanrl_model"))
@@ -94,6 +95,9 @@ def test_eval_model(script: str, tracked_runs, tmp_path):
     out = [k for k, v in saved["actor"].items() if k.endswith("weight") and v.shape[0] == 3][-1]  # the output layer
     saved["actor"][out].zero_()
     saved["actor"][out[: -len("weight")] + "bias"].copy_(torch.tensor([0.0, 0.0, 10.0]))
+    # as a resumed run saves it: its flags name the checkpoint it resumed from, which the evaluation must not load (nor
+    # write into that run's directory)
+    saved["args"]["resume"] = "runs/gone/checkpoint.pt"
     right = tmp_path / "right.cleanrl_model"
     torch.save(saved, right)
     env = env_vars(WANDB_MODE="offline", WANDB_SILENT="true")

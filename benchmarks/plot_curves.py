@@ -56,9 +56,9 @@ pairs of dreamer_v2_dmc.py and danijar/dreamerv2:
         --random -0.59 --title "Catch, 5 seeds" --out docs/img/catch.png
     python benchmarks/plot_curves.py --group "ours=runs/cartpole-balance__*" --frames-per-step 2 --window 5000 \\
         --official benchmarks/official/dmc-vision-dreamerv2-cartpole_balance.json --official-task dmc_cartpole_balance \\
-        --official-binned 30000 --at 30000 60000 90000 --out docs/img/dmc_cartpole_balance.png
-    python benchmarks/plot_curves.py --group "ours=runs/cartpole-balance__parity_fp32__*" --per-seed \\
-        --official-run "official DreamerV2=/root/parity/runs/official_cartpole_balance_reduced_*" \\
+        --official-binned 30000 --at 42000 62000 82000 --out cartpole_balance.png
+    python benchmarks/plot_curves.py --group "ours=benchmarks/curves/parity/cartpole-balance__parity_fp32__*" --per-seed \\
+        --official-run "official DreamerV2=benchmarks/curves/parity/official_cartpole_balance_reduced_*" \\
         --frames-per-step 2 --window 2500 --hline "zero action=749" --hline "random actions=315" \\
         --metric losses/kl=kl_loss --metric losses/image=image_loss --at 20000 40000 --title "cartpole-balance, parity"
     python benchmarks/plot_curves.py --group "ours=runs/ALE_KungFuMaster-v5__*" --frames-per-step 4 --window 2500 \\
@@ -409,29 +409,23 @@ def main(args: Plot):
             ref = f"{min(have):.0f}, {max(have):.0f}; {np.mean(have):.0f}" if have else "-"
             if have and len(have) < len(values):
                 ref += f" ({len(have)} of {len(values)} seeds)"
-            for label, run_dirs, runs in groups:
-                for run_dir, r in zip(run_dirs, runs):
-                    ev = [v for step, v in zip(*r["eval"]) if step == x]
-                    near = r["train"][1][(r["train"][0] > x - window) & (r["train"][0] <= x)]
-                    rows.append(
-                        f"| {x:,} | {label} {seed_of(run_dir)} | {f'{ev[-1]:.1f}' if ev else '-'} | "
-                        + (f"{near.mean():.1f} ({len(near)} episodes)" if len(near) else "-")
-                        + f" | {ref} |"
-                    )
-            for label, run_dirs, runs in official_runs:  # their last evaluation at or before x, and where it was
-                for r in runs:
-                    reached = max([s.max() for s, _ in [r["train"], r["eval"], *r["metrics"].values()] if len(s)], default=0)
-                    before = np.nonzero(r["eval"][0] <= x)[0] if x <= reached else []
-                    ev = "-"
-                    if len(before):
-                        frame, value = r["eval"][0][before[-1]], r["eval"][1][before[-1]]
-                        ev = f"{value:.1f}" + (f" (at {frame:,.0f})" if frame != x else "")
-                    near = r["train"][1][(r["train"][0] > x - window) & (r["train"][0] <= x)]
-                    rows.append(
-                        f"| {x:,} | {label} {r['seed']} | {ev} | "
-                        + (f"{near.mean():.1f} ({len(near)} episodes)" if len(near) and x <= reached else "-")
-                        + f" | {ref} |"
-                    )
+            # each run, ours and the official code's alike: its last evaluation at or before x (and where it was, when
+            # not at x) and its training episodes in the window before x; a run that has not reached x gets dashes
+            seeded = [(label, seed_of(d), r) for label, dirs, runs in groups for d, r in zip(dirs, runs)]
+            seeded += [(label, r["seed"], r) for label, _, runs in official_runs for r in runs]
+            for label, seed, r in seeded:
+                reached = max([s.max() for s, _ in [r["train"], r["eval"], *r["metrics"].values()] if len(s)], default=0)
+                before = np.nonzero(r["eval"][0] <= x)[0] if x <= reached else []
+                ev = "-"
+                if len(before):
+                    frame, value = r["eval"][0][before[-1]], r["eval"][1][before[-1]]
+                    ev = f"{value:.1f}" + (f" (at {frame:,.0f})" if frame != x else "")
+                near = r["train"][1][(r["train"][0] > x - window) & (r["train"][0] <= x)]
+                rows.append(
+                    f"| {x:,} | {label} {seed} | {ev} | "
+                    + (f"{near.mean():.1f} ({len(near)} episodes)" if len(near) and x <= reached else "-")
+                    + f" | {ref} |"
+                )
     if args.random is not None:
         ax.axhline(args.random, color="gray", linestyle="--", label=f"random policy ({args.random:+.2f})")
     for k, (label, value) in enumerate(hlines):

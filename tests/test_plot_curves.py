@@ -179,8 +179,9 @@ def test_read_official_run(tmp_path: Path):
 
 
 def test_official_runs_beside_ours_per_seed_with_table_rows(tmp_path: Path, capsys):
-    """--official-run: each seed of the official code gets --at rows: its last evaluation at or before X (the frame
-    said when it is not X) and its training episodes in the window before X; a run that has not reached X gets dashes.
+    """--official-run: each seed of the official code gets --at rows, as ours do: its last evaluation at or before X
+    (the frame said when it is not X) and its training episodes in the window before X; a run that has not reached X
+    gets dashes.
     The summary table has a row for them too."""
     pattern = official_runs(tmp_path)
     write_run(tmp_path / "runs" / "env__a__1__100", [(s, 5.0) for s in range(500, 2500, 500)], [(1500, 9.0)])
@@ -195,6 +196,7 @@ def test_official_runs_beside_ours_per_seed_with_table_rows(tmp_path: Path, caps
     assert "| 4,000 | B seed 1 | 800.0 | 600.0 (2 episodes) | - |" in printed, printed
     assert "| 4,000 | B seed 2 | - | - | - |" in printed, printed  # seed 2 stopped at 3,000 frames
     assert "| 3,000 | A seed 1 | 9.0 | 5.0 (2 episodes) | - |" in printed, printed  # ours: evaluation at policy step 1500
+    assert "| 4,000 | A seed 1 | 9.0 (at 3,000) | 5.0 (2 episodes) | - |" in printed, printed  # ours, the same rule
     # last 100 training episodes: seed 1 (380.9 + 297 + 500 + 700) / 4 = 469.475, seed 2 259.3; final evaluations 800, 240.5
     assert "| B | 2 | +364.39 (min +259.30, max +469.48) | +520.25 (min +240.50, max +800.00) | - |" in printed, printed
     assert out.stat().st_size > 10_000

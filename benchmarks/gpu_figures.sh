@@ -15,27 +15,27 @@
 #    Parts 1-3 are estimated (not measured) at 4-8 minutes on an H200.
 # 4. OUT_DIR/dmc.txt and OUT_DIR/dmc_events: dreamer_v2_dmc.py at the paper's size and settings on cartpole-balance,
 #    seed 1, for DMC_STEPS policy steps (default 50,000 = 100k frames, the reduced CPU runs' length; docs/results.md)
-#    or until DMC_SECONDS (default 480) have passed, so that it fits the device's 10-minute command limit with the
-#    install (the run stops cleanly on timeout's SIGTERM, at whatever frame count it reached; its evaluations every 10k
-#    frames up to there are the figures, beside the official evaluations 484-683 at 42k, 727-916 at 62k-82k and 915-978
+#    or until DMC_SECONDS (default 480) have passed, so that with the install it fits in 10 minutes (the run stops
+#    cleanly on timeout's SIGTERM, at whatever frame count it reached; its evaluations every 10k frames up to there are
+#    the figures, beside the official evaluations 484-683 at 42k, 727-916 at 62k-82k and 915-978
 #    at 102k frames: the published file's 60k, 90k and 120k points, 30k-frame bins labelled by their right edge). From
 #    its operation count (about 11k kernels per gradient step, one gradient step every 5 policy steps) we expect 30k to
 #    70k frames in 480 s, not 100k: an estimate; part 1's v2-dmc rows tell. It needs dm_control, mujoco and EGL.
-# PARTS (default "speed learning") picks the parts: any of speed (1, 3), learning (2) and dmc (4). A session's 15
-# minutes of device time hold one of the two commands (parts 1-3, or part 4) with the machine's start, not both.
+# PARTS (default "speed learning") picks the parts: any of speed (1, 3), learning (2) and dmc (4). Parts 1-3 and part 4
+# are two commands of up to about 10 minutes each.
 # Every part writes its output as it goes, so a run stopped early keeps what it finished; the exit status is non-zero
 # if any part failed.
 #
 # A bare GPU machine without internet lacks Python packages the scripts need (tyro, gymnasium, ale-py and their own
 # needs) and, for part 4, the EGL loaders MuJoCo renders with. Prepare both here, where PyPI and Debian are reachable,
-# in folders that git ignores (.whl/ and .gl/), and carry them to the device (the device tool's `carry`: [".whl",
-# ".gl"]); the script installs what it finds there. For Python 3.12:
+# in folders that git ignores (.whl/ and .gl/), and copy them with the repository to the GPU machine; the script
+# installs what it finds there. For Python 3.12:
 #
 #     pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 -d .whl \
 #         tyro docstring-parser typeguard typing-extensions gymnasium farama-notifications ale-py
 #
 # and for part 4 also (the suite's tasks need neither dm_control's 39 MB of locomotion assets nor labmaze, which would
-# push the carried files over the 64 MiB transfer limit; --platform manylinux_2_27_x86_64 for mujoco):
+# take the copied files over 64 MiB; --platform manylinux_2_27_x86_64 for mujoco):
 #
 #     pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
 #         --platform manylinux_2_27_x86_64 --platform manylinux2014_x86_64 -d .whl \
@@ -55,7 +55,7 @@ if [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
     export PYTHONPATH=/tmp/site
 fi
-if [ -d .gl ]; then  # the EGL loaders, unpacked into / as the device's notes say (only these: others can break /)
+if [ -d .gl ]; then  # the EGL loaders, unpacked into / (only these: unpacking other system packages there can break it)
     for f in .gl/*.deb; do dpkg -x "$f" /; done
     ldconfig
     egl=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json

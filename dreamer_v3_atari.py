@@ -23,7 +23,6 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 import tyro
-from torch._higher_order_ops.scan import scan
 from torch.utils.tensorboard import SummaryWriter
 
 from ratio import Ratio
@@ -866,6 +865,7 @@ def scan_steps(step, carry: dict, xs: tuple, chunk: int = 8) -> tuple:
 
     if not torch.compiler.is_compiling():
         return unroll(carry, xs)
+    from torch._higher_order_ops.scan import scan  # private torch API, needed only under --compile: imported here
 
     def unroll_chunk(carry: dict, xs: tuple) -> tuple:
         carry, ys = unroll(carry, xs)

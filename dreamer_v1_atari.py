@@ -1236,7 +1236,7 @@ def world_model_loss(wm: WorldModel, batch: dict, carry: tuple, scales: dict, ar
     return loss, {k: v.mean() for k, v in losses.items()}, post, new_carry, metrics
 
 
-def imagine(wm: WorldModel, actor: Actor, start: dict, horizon: int) -> tuple:
+def imagine_with_actor(wm: WorldModel, actor: Actor, start: dict, horizon: int) -> tuple:
     """Roll the prior forward `horizon` steps from every start state [N, ...], acting with the actor.
 
         s_0 --a_0--> s_1 --a_1--> ... --a_{H-1}--> s_H,   a_t ~ pi(. | sg(s_t)), a straight-through one-hot
@@ -1296,24 +1296,25 @@ def behaviour_losses(wm, actor, critic, post: dict, batch: dict, args: Args) -> 
     # every posterior state starts an imagined trajectory; those of terminal steps weigh nothing in the losses
     start = {k: v.detach().flatten(0, 1) for k, v in post.items()}  # [T * B, ...]
     start_weight = 1.0 - batch["is_terminal"].float().flatten(0, 1)  # [T * B]
-    feats, actor_entropy = imagine(wm, actor, start, args.imagination_horizon)
+    feats, actor_entropy = imagine_with_actor(wm, actor, start, args.imagination_horizon)
     actor_loss, critic_loss, metrics = actor_critic_loss(wm, critic, feats, start_weight, args)
     metrics["actor_entropy"] = actor_entropy.mean()
     return actor_loss, critic_loss, metrics
 
 
-def compile_gradient_step(device: torch.device):
+def compile_loss_fns(device: torch.device) -> tuple:
     """--compile: torch.compile the gradient step's two halves whole, each with its backward pass: the world model loss
     (encoder, the observe loop as a chunked scan, decoder, heads) and the behaviour losses (imagination, actor, critic).
     No graph break is allowed (fullgraph). The backward passes and optimizer steps stay eager, after both: all three
     gradients come from the same weights, as in the paper's code. On CUDA also CUDA graphs ("reduce-overhead"): each
-    half replays as one launch, so the step is not bound by thousands of kernel launches."""
-    global world_model_loss, behaviour_losses
+    half replays as one launch, so the step is not bound by thousands of kernel launches. Returns the compiled pair,
+    which the main block passes to train_step as its `loss_fns`; the module's own two functions stay eager, so a second
+    call wraps nothing twice."""
     mode = "reduce-overhead" if device.type == "cuda" else None
-    world_model_loss = torch.compile(world_model_loss, fullgraph=True, mode=mode)
-    behaviour_losses = torch.compile(behaviour_losses, fullgraph=True, mode=mode)
+    loss_fns = tuple(torch.compile(fn, fullgraph=True, mode=mode) for fn in (world_model_loss, behaviour_losses))
     if device.type == "cuda":  # a replayed graph overwrites its outputs: copy out what outlives the step (carry, metrics)
-        world_model_loss, behaviour_losses = copy_outputs(world_model_loss), copy_outputs(behaviour_losses)
+        loss_fns = tuple(copy_outputs(fn) for fn in loss_fns)
+    return loss_fns
 
 
 def copy_outputs(function):
@@ -1374,14 +1375,17 @@ class DeviceBatch:
 
 
 def train_step(wm, actor, critic, model_opt, actor_opt, critic_opt, batch: dict, carry: tuple, loss_scales: dict,
-               args: Args, autocast) -> tuple:  # fmt: skip
+               args: Args, autocast,
+               loss_fns: tuple = (world_model_loss, behaviour_losses)) -> tuple:  # fmt: skip
     """One gradient step: the world model loss on the batch and the actor and value losses on imagined trajectories
     that start from its posterior states, all three gradients from the same weights (as the paper's code), then the
-    three optimizer steps. Returns the TBPTT carry for the next batch, the metrics to log and the values whose
-    finiteness the loop checks (device tensors all: nothing here waits for the device)."""
+    three optimizer steps. `loss_fns`: the functions that compute the losses (--compile passes compiled copies,
+    compile_loss_fns). Returns the TBPTT carry for the next batch, the metrics to log and the values whose finiteness
+    the loop checks (device tensors all: nothing here waits for the device)."""
+    world_model_loss_fn, behaviour_losses_fn = loss_fns  # the eager world_model_loss and behaviour_losses, or compiled copies
     with autocast:
-        wm_loss, losses, post, next_carry, wm_metrics = world_model_loss(wm, batch, carry, loss_scales, args)
-        actor_loss, critic_loss, ac_metrics = behaviour_losses(wm, actor, critic, post, batch, args)
+        wm_loss, losses, post, next_carry, wm_metrics = world_model_loss_fn(wm, batch, carry, loss_scales, args)
+        actor_loss, critic_loss, ac_metrics = behaviour_losses_fn(wm, actor, critic, post, batch, args)
     model_grad_norm = backward_and_clip(wm_loss, list(wm.parameters()), args.model_grad_clip)
     # one pass: compiled, both losses are one graph; each network's weights get only its own loss's gradient (the returns
     # read the critic's weights detached, actor_critic_loss), and the world model's .grad is not touched
@@ -1518,8 +1522,8 @@ if __name__ == "__main__":
     actor_opt = torch.optim.Adam(actor.parameters(), lr=args.actor_lr, eps=args.ac_eps, fused=True)
     critic_opt = torch.optim.Adam(critic.parameters(), lr=args.critic_lr, eps=args.ac_eps, fused=True)
     loss_scales = {"image": 1.0, "reward": 1.0, "discount": args.discount_scale, "kl": args.kl_scale}
-    if args.compile:
-        compile_gradient_step(device)
+    # the loss functions that train_step calls: as defined above, or compiled whole (--compile)
+    loss_fns = compile_loss_fns(device) if args.compile else (world_model_loss, behaviour_losses)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
     if run.saved:  # --eval-model: play, log eval/ and the videos, train nothing
         wm.load_state_dict(run.saved["wm"])
@@ -1589,7 +1593,8 @@ if __name__ == "__main__":
             for _ in range(repeats):
                 batch = device_batch(rb.sample())
                 loop.carry, metrics, checks = train_step(wm, actor, critic, model_opt, actor_opt, critic_opt, batch,
-                                                         loop.carry, loss_scales, args, autocast)  # fmt: skip
+                                                         loop.carry, loss_scales, args, autocast,
+                                                         loss_fns=loss_fns)  # fmt: skip
                 run.note_train(metrics, checks, loop.global_step)
                 loop.gradient_steps += args.world_size
                 if args.rank == 0 and args.video_every and (loop.gradient_steps // args.world_size) % args.video_every == 0:

@@ -1278,7 +1278,7 @@ def world_model_loss(wm: WorldModel, batch: dict, carry: tuple, scales: dict, kl
     return loss, {k: v.mean() for k, v in losses.items()}, post, new_carry, metrics
 
 
-def imagine(wm: WorldModel, actor: Actor, start: dict, horizon: int):
+def imagine_with_actor(wm: WorldModel, actor: Actor, start: dict, horizon: int):
     """Roll the prior forward `horizon` steps from every start state [N, ...], acting with the actor.
 
         s_0 --a_0--> s_1 --a_1--> ... --a_{H-1}--> s_H,   a_t ~ pi(. | s_t)
@@ -1318,7 +1318,7 @@ def actor_critic_loss(wm, critic, slow_critic, return_norm, feats, actions, log_
     returns = lambda_returns(reward, value, cont[1:], args.gamma, args.lmbda)  # [H, N]
     scale = return_norm.update(returns)
     advantage = (returns - value[:-1]) / scale  # [H, N]
-    log_pi = (actions * log_probs).sum(-1)  # log_probs [H, N, A]: the actor's, from imagine
+    log_pi = (actions * log_probs).sum(-1)  # log_probs [H, N, A]: the actor's, from imagine_with_actor
     entropy = -(log_probs.exp() * log_probs).sum(-1)
     actor_loss = (-(log_pi * advantage + args.actor_entropy * entropy) * weight[:-1]).mean()
     critic_loss = twohot_loss(value_logits[:-1], returns, wm.bins) + args.slow_critic_reg * twohot_loss(
@@ -1339,23 +1339,24 @@ def behaviour_losses(wm, actor, critic, slow_critic, return_norm, post: dict, ba
     """Imagine from every posterior state of the batch, then the actor and critic losses (one function: --compile
     compiles it whole)."""
     start = {k: v.detach().flatten(0, 1) for k, v in post.items()}  # [T * B, ...]
-    feats, imagined_actions, log_probs = imagine(wm, actor, start, args.imagination_horizon)
+    feats, imagined_actions, log_probs = imagine_with_actor(wm, actor, start, args.imagination_horizon)
     first_cont = 1.0 - batch["is_terminal"].float().flatten(0, 1)
     return actor_critic_loss(wm, critic, slow_critic, return_norm, feats, imagined_actions, log_probs, first_cont, args)
 
 
-def compile_gradient_step(device: torch.device):
+def compile_loss_fns(device: torch.device) -> tuple:
     """--compile: torch.compile the gradient step's two halves whole, each with its backward pass: the world model loss
     (encoder, the observe loop as a chunked scan, decoder, heads) and the behaviour losses (imagination, actor, critic).
     No graph break is allowed (fullgraph). The optimizer steps stay eager, between them: the world model is updated
     before imagination, as in the paper's code. On CUDA also CUDA graphs ("reduce-overhead"): each half replays as one
-    launch, so the step is not bound by thousands of kernel launches."""
-    global world_model_loss, behaviour_losses
+    launch, so the step is not bound by thousands of kernel launches. Returns the compiled pair, which the main block
+    passes to train_step as its `loss_fns`; the module's own two functions stay eager, so a second call wraps nothing
+    twice."""
     mode = "reduce-overhead" if device.type == "cuda" else None
-    world_model_loss = torch.compile(world_model_loss, fullgraph=True, mode=mode)
-    behaviour_losses = torch.compile(behaviour_losses, fullgraph=True, mode=mode)
+    loss_fns = tuple(torch.compile(fn, fullgraph=True, mode=mode) for fn in (world_model_loss, behaviour_losses))
     if device.type == "cuda":  # a replayed graph overwrites its outputs: copy out what outlives the step (carry, metrics)
-        world_model_loss, behaviour_losses = copy_outputs(world_model_loss), copy_outputs(behaviour_losses)
+        loss_fns = tuple(copy_outputs(fn) for fn in loss_fns)
+    return loss_fns
 
 
 def copy_outputs(function):
@@ -1405,17 +1406,22 @@ class DeviceBatch:
 
 
 def train_step(wm, actor, critic, slow_critic, return_norm, model_opt, actor_opt, critic_opt, batch: dict, carry: tuple,
-               loss_scales: dict, args: Args, autocast) -> tuple:  # fmt: skip
+               loss_scales: dict, args: Args, autocast,
+               loss_fns: tuple = (world_model_loss, behaviour_losses)) -> tuple:  # fmt: skip
     """One gradient step: the world model on the batch, then the actor and critic on imagined trajectories that start
-    from every posterior state of it, then the slow critic. Returns the TBPTT carry for the next batch, the metrics to
+    from every posterior state of it, then the slow critic. `loss_fns`: the functions that compute the losses
+    (--compile passes compiled copies, compile_loss_fns). Returns the TBPTT carry for the next batch, the metrics to
     log and the values whose finiteness the loop checks (device tensors all: nothing here waits for the device)."""
+    world_model_loss_fn, behaviour_losses_fn = loss_fns  # the eager world_model_loss and behaviour_losses, or compiled copies
     with autocast:
-        wm_loss, losses, post, next_carry, wm_metrics = world_model_loss(wm, batch, carry, loss_scales, args.kl_free)
+        wm_loss, losses, post, next_carry, wm_metrics = world_model_loss_fn(wm, batch, carry, loss_scales, args.kl_free)
     model_opt.zero_grad(set_to_none=True)
     model_grad_norm = backward_and_clip(wm_loss, list(wm.parameters()), args.model_grad_clip)
     model_opt.step()
     with autocast:
-        actor_loss, critic_loss, ac_metrics = behaviour_losses(wm, actor, critic, slow_critic, return_norm, post, batch, args)
+        actor_loss, critic_loss, ac_metrics = behaviour_losses_fn(
+            wm, actor, critic, slow_critic, return_norm, post, batch, args
+        )
     actor_opt.zero_grad(set_to_none=True)
     critic_opt.zero_grad(set_to_none=True)
     (actor_loss + critic_loss).backward()  # one pass: compiled, both losses are one graph; their parameters are disjoint
@@ -1551,8 +1557,8 @@ if __name__ == "__main__":
     actor_opt = torch.optim.Adam(actor.parameters(), lr=args.actor_lr, eps=args.ac_eps, fused=True)
     critic_opt = torch.optim.Adam(critic.parameters(), lr=args.critic_lr, eps=args.ac_eps, fused=True)
     loss_scales = {"image": 1.0, "reward": 1.0, "cont": 1.0, "dyn": args.dyn_scale, "rep": args.rep_scale}
-    if args.compile:
-        compile_gradient_step(device)
+    # the loss functions that train_step calls: as defined above, or compiled whole (--compile)
+    loss_fns = compile_loss_fns(device) if args.compile else (world_model_loss, behaviour_losses)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
     if run.saved:  # --eval-model: play, log eval/ and the videos, train nothing
         wm.load_state_dict(run.saved["wm"])
@@ -1619,7 +1625,7 @@ if __name__ == "__main__":
                 batch = device_batch(rb.sample())
                 loop.carry, metrics, checks = train_step(wm, actor, critic, slow_critic, return_norm, model_opt,
                                                          actor_opt, critic_opt, batch, loop.carry, loss_scales, args,
-                                                         autocast)  # fmt: skip
+                                                         autocast, loss_fns=loss_fns)  # fmt: skip
                 run.note_train(metrics, checks, loop.global_step)
                 loop.gradient_steps += args.world_size
                 if args.rank == 0 and args.video_every and (loop.gradient_steps // args.world_size) % args.video_every == 0:

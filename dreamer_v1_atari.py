@@ -409,7 +409,7 @@ def set_malloc_for_speed():
     """Keep glibc from returning freed activation memory to the OS after every step (docs: Speed)."""
     try:
         libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-1, 2**30)  # M_TRIM_THRESHOLD
+        libc.mallopt(-1, 2**30)  # M_TRIM_THRESHOLD: keep up to 1 GiB of freed memory instead of returning it
         libc.mallopt(-4, 0)  # M_MMAP_MAX
     except (OSError, AttributeError):
         pass
@@ -747,6 +747,7 @@ class Run:
                 total, square, absolute, count = self.action_sums.cpu().double()
                 mean = total / count
                 if isinstance(self.envs.single_action_space, gym.spaces.Discrete):  # one-hot: each action's share
+                    # the clamp: an action never taken adds 0 log 0 = 0 to the entropy, not 0 x -inf = nan
                     stats = {"entropy": -(mean * mean.clamp(min=1e-12).log()).sum(), "top_share": mean.max()}
                 else:  # continuous: each dimension's mean, standard deviation and mean absolute value, averaged
                     std = (square / count - mean.square()).clamp(min=0).sqrt()
@@ -1037,7 +1038,7 @@ class Encoder(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         lead = obs.shape[:-3]  # [T, B] or [B]
-        x = obs.reshape(-1, *obs.shape[-3:]).float() / 255.0 - 0.5
+        x = obs.reshape(-1, *obs.shape[-3:]).float() / 255.0 - 0.5  # pixels centred on 0, as in the paper's code
         x = self.net(x.contiguous(memory_format=torch.channels_last))
         return x.reshape(*lead, -1)  # [..., embed]
 
@@ -1066,7 +1067,7 @@ class Decoder(nn.Module):
         first = self.net[0]
         x = (x @ first.weight.flatten(1)).view(-1, *first.weight.shape[1:]) + first.bias[:, None, None]  # [N, 4 depth, 5, 5]
         x = self.net[1:](x.contiguous(memory_format=torch.channels_last))
-        return (x + 0.5).reshape(*lead, *x.shape[1:])  # [..., C, 64, 64], pixels in [0, 1]
+        return (x + 0.5).reshape(*lead, *x.shape[1:])  # [..., C, 64, 64], pixels in [0, 1]: the encoder's centring undone
 
 
 class RSSM(nn.Module):
@@ -1613,6 +1614,7 @@ if __name__ == "__main__":
             loop.last_eval = loop.global_step
             if args.rank == 0:
                 # evaluation plays whole games, as the paper's Atari setup (life loss ends episodes in training only)
+                # in a fresh env, seeded apart from the training envs (seed + 0, 1, ...); episode seeds come from evaluate
                 eval_fn = make_env(
                     args.env_id, args.seed + 100_000, 1, False, run.run_name, **dict(env_kwargs, life_loss=False)
                 )

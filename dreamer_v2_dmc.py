@@ -212,7 +212,7 @@ class DMC(gym.Env):
     episode ends once the state converges), or else at the task's time limit (1000 control steps, 500 policy steps at
     action repeat 2, for the paper's tasks), a truncation."""
 
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}  # render_fps: the frame rate of the videos RecordVideo writes
 
     def __init__(self, domain: str, task: str, action_repeat: int = 2, size: int = 64, camera: int = -1, render_mode=None):
         default_renderer()
@@ -526,7 +526,7 @@ def set_malloc_for_speed():
     """Keep glibc from returning freed activation memory to the OS after every step (docs: Speed)."""
     try:
         libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-1, 2**30)  # M_TRIM_THRESHOLD
+        libc.mallopt(-1, 2**30)  # M_TRIM_THRESHOLD: keep up to 1 GiB of freed memory instead of returning it
         libc.mallopt(-4, 0)  # M_MMAP_MAX
     except (OSError, AttributeError):
         pass
@@ -864,6 +864,7 @@ class Run:
                 total, square, absolute, count = self.action_sums.cpu().double()
                 mean = total / count
                 if isinstance(self.envs.single_action_space, gym.spaces.Discrete):  # one-hot: each action's share
+                    # the clamp: an action never taken adds 0 log 0 = 0 to the entropy, not 0 x -inf = nan
                     stats = {"entropy": -(mean * mean.clamp(min=1e-12).log()).sum(), "top_share": mean.max()}
                 else:  # continuous: each dimension's mean, standard deviation and mean absolute value, averaged
                     std = (square / count - mean.square()).clamp(min=0).sqrt()
@@ -997,6 +998,7 @@ class TruncNormal:
         self.mean, self.std, self.low, self.high, self.clip = mean.float(), std.float(), low, high, clip
         self.alpha, self.beta = (low - self.mean) / self.std, (high - self.mean) / self.std
         self.cdf_alpha = torch.special.ndtr(self.alpha)
+        # Z > 0, so that log Z and 1 / Z stay finite where the mean lies so far outside [low, high] that Z rounds to 0
         self.Z = (torch.special.ndtr(self.beta) - self.cdf_alpha).clamp(min=1e-12)
 
     def sample(self) -> torch.Tensor:
@@ -1192,7 +1194,7 @@ class Encoder(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         lead = obs.shape[:-3]  # [T, B] or [B]
-        x = obs.reshape(-1, *obs.shape[-3:]).float() / 255.0 - 0.5
+        x = obs.reshape(-1, *obs.shape[-3:]).float() / 255.0 - 0.5  # pixels centred on 0, as in the paper's code
         x = self.net(x.contiguous(memory_format=torch.channels_last))
         return x.reshape(*lead, -1)  # [..., embed]
 
@@ -1221,7 +1223,7 @@ class Decoder(nn.Module):
         first = self.net[0]
         x = (x @ first.weight.flatten(1)).view(-1, *first.weight.shape[1:]) + first.bias[:, None, None]  # [N, 4 depth, 5, 5]
         x = self.net[1:](x.contiguous(memory_format=torch.channels_last))
-        return (x + 0.5).reshape(*lead, *x.shape[1:])  # [..., C, 64, 64], pixels in [0, 1]
+        return (x + 0.5).reshape(*lead, *x.shape[1:])  # [..., C, 64, 64], pixels in [0, 1]: the encoder's centring undone
 
 
 class RSSM(nn.Module):
@@ -1251,7 +1253,7 @@ class RSSM(nn.Module):
         self.deter_size, self.stoch_size, self.classes = deter_size, stoch_size, classes
         self.img_in = dense(stoch_size * classes + action_size, hidden_size)
         self.gru = nn.Linear(hidden_size + deter_size, 3 * deter_size)
-        self.gru_norm = nn.LayerNorm(3 * deter_size, eps=1e-3)
+        self.gru_norm = nn.LayerNorm(3 * deter_size, eps=1e-3)  # epsilon 1e-3: Keras's default, which the paper's code has
         self.img_out = dense(deter_size, hidden_size)
         self.img_logits = nn.Linear(hidden_size, stoch_size * classes)
         self.obs_out = dense(deter_size + embed_size, hidden_size)
@@ -1794,6 +1796,7 @@ if __name__ == "__main__":
         if args.eval_episodes and (args.eval_every and loop.global_step - loop.last_eval >= args.eval_every or done):
             loop.last_eval = loop.global_step
             if args.rank == 0:
+                # a fresh env, seeded apart from the training envs (seed + 0, 1, ...); episode seeds come from evaluate
                 eval_fn = make_env(args.env_id, args.seed + 100_000, 1, False, run.run_name, **env_kwargs)
                 eval_returns = evaluate(
                     wm, actor, eval_fn, args.eval_episodes, args.eval_greedy, device, autocast, args.seed + loop.global_step

@@ -399,7 +399,7 @@ def set_malloc_for_speed():
     """Keep glibc from returning freed activation memory to the OS after every step (docs: Speed)."""
     try:
         libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-1, 2**30)  # M_TRIM_THRESHOLD
+        libc.mallopt(-1, 2**30)  # M_TRIM_THRESHOLD: keep up to 1 GiB of freed memory instead of returning it
         libc.mallopt(-4, 0)  # M_MMAP_MAX
     except (OSError, AttributeError):
         pass
@@ -737,6 +737,7 @@ class Run:
                 total, square, absolute, count = self.action_sums.cpu().double()
                 mean = total / count
                 if isinstance(self.envs.single_action_space, gym.spaces.Discrete):  # one-hot: each action's share
+                    # the clamp: an action never taken adds 0 log 0 = 0 to the entropy, not 0 x -inf = nan
                     stats = {"entropy": -(mean * mean.clamp(min=1e-12).log()).sum(), "top_share": mean.max()}
                 else:  # continuous: each dimension's mean, standard deviation and mean absolute value, averaged
                     std = (square / count - mean.square()).clamp(min=0).sqrt()
@@ -818,6 +819,7 @@ def twohot(x: torch.Tensor, bins: torch.Tensor) -> torch.Tensor:
     below = (torch.bucketize(x, bins, right=True) - 1).clamp(0, len(bins) - 1)  # largest bin <= x
     above = (below + 1).clamp(max=len(bins) - 1)
     span = bins[above] - bins[below]
+    # the clamp keeps the branch that `where` drops free of 0 / 0 (x on the last bin: below == above)
     w_above = torch.where(span > 0, (x - bins[below]) / span.clamp(min=1e-8), torch.zeros_like(x))
     weights = torch.zeros(*x.shape, len(bins), device=x.device, dtype=x.dtype)
     weights.scatter_add_(-1, below[..., None], (1 - w_above)[..., None])
@@ -1010,6 +1012,7 @@ def init_weights(module: nn.Module, scale: float = 1.0):
     for name, m in module.named_modules():
         if isinstance(m, (nn.Linear, nn.Conv2d, nn.ConvTranspose2d)):
             fan_in, fan_out = nn.init._calculate_fan_in_and_fan_out(m.weight)
+            # 0.8796...: the std of a unit normal truncated to [-2, 2]; so the truncated draws have variance scale / fan_avg
             std = (scale / ((fan_in + fan_out) / 2)) ** 0.5 / 0.87962566103423978
             nn.init.trunc_normal_(m.weight, 0.0, std, -2 * std, 2 * std) if scale > 0 else nn.init.zeros_(m.weight)
             if m.bias is not None:
@@ -1024,7 +1027,8 @@ def init_weights(module: nn.Module, scale: float = 1.0):
 
 
 def dense(in_features: int, out_features: int) -> nn.Sequential:
-    """Linear -> LayerNorm -> SiLU, the building block of every DreamerV3 MLP (no bias before a norm)."""
+    """Linear -> LayerNorm -> SiLU, the building block of every DreamerV3 MLP (no bias before a norm). Every LayerNorm of
+    the script (here, ChannelNorm, the GRU's) has epsilon 1e-3, as in the paper's 2023 code (torch's default: 1e-5)."""
     return nn.Sequential(nn.Linear(in_features, out_features, bias=False), nn.LayerNorm(out_features, eps=1e-3), nn.SiLU())
 
 
@@ -1064,7 +1068,7 @@ class Encoder(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         lead = obs.shape[:-3]  # [T, B] or [B]
-        x = obs.reshape(-1, *obs.shape[-3:]).float() / 255.0 - 0.5
+        x = obs.reshape(-1, *obs.shape[-3:]).float() / 255.0 - 0.5  # pixels centred on 0, as in the paper's code
         x = self.net(x.contiguous(memory_format=torch.channels_last))
         return x.reshape(*lead, -1)  # [..., embed]
 
@@ -1089,7 +1093,7 @@ class Decoder(nn.Module):
         lead = feat.shape[:-1]
         x = self.linear(feat.reshape(-1, feat.shape[-1])).reshape(-1, self.depth, 4, 4)
         x = self.net(x.contiguous(memory_format=torch.channels_last))
-        return (x + 0.5).reshape(*lead, *x.shape[1:])  # [..., C, 64, 64], pixels in [0, 1]
+        return (x + 0.5).reshape(*lead, *x.shape[1:])  # [..., C, 64, 64], pixels in [0, 1]: the encoder's centring undone
 
 
 class RSSM(nn.Module):
@@ -1219,7 +1223,7 @@ class WorldModel(nn.Module):
         self.decoder = Decoder(feat_size, channels, args.cnn_depth)
         self.reward = MLP(feat_size, args.reward_bins, args.mlp_units, args.mlp_layers, out_scale=0.0)
         self.cont = MLP(feat_size, 1, args.mlp_units, args.mlp_layers)
-        self.register_buffer("bins", torch.linspace(-20, 20, args.reward_bins))
+        self.register_buffer("bins", torch.linspace(-20, 20, args.reward_bins))  # symlog space: up to +-symexp(20) = 4.9e8
 
 
 class Actor(nn.Module):
@@ -1641,6 +1645,7 @@ if __name__ == "__main__":
         if args.eval_episodes and (args.eval_every and loop.global_step - loop.last_eval >= args.eval_every or done):
             loop.last_eval = loop.global_step
             if args.rank == 0:
+                # a fresh env, seeded apart from the training envs (seed + 0, 1, ...); episode seeds come from evaluate
                 eval_fn = make_env(args.env_id, args.seed + 100_000, 1, False, run.run_name, **env_kwargs)
                 eval_returns = evaluate(
                     wm, actor, eval_fn, args.eval_episodes, args.eval_greedy, device, autocast, args.seed + loop.global_step

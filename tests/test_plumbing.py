@@ -84,6 +84,14 @@ def test_the_main_block_keeps_no_plumbing(script: str):
     assert len(block.splitlines()) <= 150, f"{script}: the main block has {len(block.splitlines())} lines (at most 150)"
 
 
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_no_script_rebinds_a_name_of_its_module(script: str):
+    """No `global` or `nonlocal` anywhere in a script: train_step runs the functions its arguments name (--compile
+    passes compiled copies as loss_fns), never a module name that something rebound."""
+    tree = ast.parse((ROOT / script).read_text())
+    assert not [n.lineno for n in ast.walk(tree) if isinstance(n, (ast.Global, ast.Nonlocal))], f"{script}: `global`"
+
+
 @pytest.mark.parametrize("num_envs, world_size", [(1, 1), (3, 2), (16, 1), (7, 4)])
 def test_a_periodic_checkpoint_falls_once_in_every_checkpoint_interval(num_envs: int, world_size: int):
     """The policy step grows by num_envs x world_size per iteration; Run.checkpoint_due is true at exactly one iteration

@@ -24,7 +24,6 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 import tyro
-from torch._higher_order_ops.scan import scan
 from torch.utils.tensorboard import SummaryWriter
 
 from ratio import Ratio
@@ -318,678 +317,6 @@ def check_args(args: Args):
         fail(f"--classes must be at least 2, got {args.classes}")
 
 
-# ALGO LOGIC: helpers
-def transform_reward(reward: torch.Tensor, kind: str) -> torch.Tensor:
-    """The reward head learns tanh(r) on Atari (the paper's `clip_rewards: tanh`); the env's rewards stay unchanged."""
-    return {"tanh": torch.tanh, "sign": torch.sign, "identity": lambda r: r}[kind](reward.float())
-
-
-def gaussian_nll(mean: torch.Tensor, target: torch.Tensor, event_dims: int = 0) -> torch.Tensor:
-    """-log N(target; mean, 1), summed over the last `event_dims` dimensions (the paper's unit-variance heads)."""
-    nll = 0.5 * (mean.float() - target.float()).square() + 0.5 * math.log(2 * math.pi)
-    return nll.sum(list(range(-event_dims, 0))) if event_dims else nll
-
-
-def sample_onehot(logits: torch.Tensor) -> torch.Tensor:
-    """One-hot sample with straight-through gradients: forward is the sample, backward flows through the probs.
-    Drawn by inverse CDF, the first class whose cumulative probability exceeds one uniform number per categorical (the
-    same distribution as Gumbel-max, with one random number per categorical instead of one per class)."""
-    probs = F.softmax(logits, -1)
-    uniform = torch.rand_like(probs[..., :1], dtype=torch.float32)
-    index = (probs.float().cumsum(-1) < uniform).sum(-1, keepdim=True).clamp(max=probs.shape[-1] - 1)
-    sample = torch.zeros_like(probs).scatter_(-1, index, 1.0)
-    return sample + probs - probs.detach()
-
-
-def scan_steps(step, carry: dict, xs: tuple, chunk: int = 8) -> tuple:
-    """carry, y_t = step(carry, x_t) for t = 0..T-1 over the inputs xs [T, ...] -> (last carry, the y_t stacked [T, ...]).
-    Carry and y_t are dicts of tensors. Eagerly a Python loop. Under torch.compile (--compile) a scan over chunks of
-    `chunk` steps unrolled: the compiler optimises one chunk, whose steps fuse into few kernels, instead of every step
-    (a fully unrolled loop took at least 2.7 times as long to compile and ran slower; docs/speed.md)."""
-
-    def unroll(carry: dict, xs: tuple) -> tuple:
-        ys = []
-        for x in zip(*[v.unbind(0) for v in xs]):
-            carry, y = step(carry, x)
-            ys.append(y)
-        return carry, {k: torch.stack([y[k] for y in ys]) for k in ys[0]}
-
-    if not torch.compiler.is_compiling():
-        return unroll(carry, xs)
-
-    def unroll_chunk(carry: dict, xs: tuple) -> tuple:
-        carry, ys = unroll(carry, xs)
-        return {k: v.clone() for k, v in carry.items()}, ys  # a scan's outputs must not alias each other
-
-    steps = xs[0].shape[0]
-    chunk = next(c for c in range(min(chunk, steps), 0, -1) if steps % c == 0)  # the largest divisor of T up to `chunk`
-    carry, ys = scan(unroll_chunk, carry, tuple(v.unflatten(0, (steps // chunk, chunk)) for v in xs))
-    return carry, {k: v.flatten(0, 1) for k, v in ys.items()}
-
-
-def categorical_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
-    """KL(p || q) of [..., stoch, classes] categoricals, summed over the stoch latents -> [...]."""
-    p_log, q_log = F.log_softmax(p_logits.float(), -1), F.log_softmax(q_logits.float(), -1)
-    return (p_log.exp() * (p_log - q_log)).sum([-2, -1])
-
-
-def categorical_entropy(logits: torch.Tensor) -> torch.Tensor:
-    log_p = F.log_softmax(logits.float(), -1)
-    return -(log_p.exp() * log_p).sum(-1)
-
-
-def balanced_kl(post_logits: torch.Tensor, prior_logits: torch.Tensor, balance: float, free: float):
-    """KL balancing (DreamerV2 Algorithm 2). Both terms have the value KL(post || prior), averaged over the batch and
-    clipped below at `free` nats; they differ only in where the gradient goes. The prior, learning to predict the
-    posterior, gets `balance` of the KL gradient; the posterior, regularised towards the prior, gets 1 - balance.
-    Returns (loss, kl_prior, kl_post)."""
-    kl_prior = categorical_kl(post_logits.detach(), prior_logits).mean().clamp(min=free)  # trains the prior
-    kl_post = categorical_kl(post_logits, prior_logits.detach()).mean().clamp(min=free)  # trains the posterior
-    return balance * kl_prior + (1 - balance) * kl_post, kl_prior.detach(), kl_post.detach()
-
-
-def lambda_returns(reward, value, discount, lmbda: float) -> torch.Tensor:
-    """TD(lambda) returns of an imagined trajectory (DreamerV2 eq. 4, indexed as in the paper's code), computed backwards:
-
-        R_t = r_t + d_t ((1 - lambda) v_{t+1} + lambda R_{t+1}),   R_H = v_H
-
-    reward r_t and discount d_t (gamma included) belong to state t: [H, N] for steps 0..H-1; value: [H+1, N] for steps
-    0..H. Returns R_0..R_{H-1}: [H, N]."""
-    interm = reward + discount * (1 - lmbda) * value[1:]
-    returns = [value[-1]]
-    for t in reversed(range(reward.shape[0])):
-        returns.append(interm[t] + discount[t] * lmbda * returns[-1])
-    return torch.stack(returns[1:][::-1])
-
-
-@torch.no_grad()
-def update_target_critic(critic: nn.Module, target_critic: nn.Module, updates: int, every: int, fraction: float):
-    """Called after update number `updates` (from 0): every `every` updates the target critic moves `fraction` of the way
-    to the critic; the first time it is a full copy. The paper: a hard copy after updates 0, 100, 200, ..."""
-    if updates % every == 0:
-        mix = 1.0 if updates == 0 else fraction
-        for target, online in zip(target_critic.parameters(), critic.parameters()):
-            target.lerp_(online, mix)
-
-
-class SequenceReplay:
-    """TBPTT sequence replay: per-env ring buffers, sampled as [T, B] chunks (time-major).
-
-    Storage is [capacity // num_envs, num_envs, ...], one row per vector-env step; frames are uint8. Each of the B batch
-    rows remembers where it stands (an env and a monotonic step index g). A row continues with the chunk right after its
-    previous one, [g, g + T), so the world model starts it from the row's (detached) last posterior: truncated BPTT.
-    A row restarts from a uniformly random valid position [oldest, newest - T + 1] with a fresh state (is_first forced on
-    its first step) when its next chunk is not fully written yet, when its data was overwritten, with probability
-    `jump_prob`, or always with tbptt=False. So every stored step is replayed: starts are uniform over the buffer,
-    and rows then sweep forward through consecutive steps, across episode boundaries (is_first resets the state).
-    """
-
-    def __init__(self, capacity, num_envs, obs_shape, action_size, batch_size, batch_length, tbptt, jump_prob, seed):
-        self.capacity, self.num_envs = capacity // num_envs, num_envs
-        self.batch_size, self.batch_length, self.tbptt, self.jump_prob = batch_size, batch_length, tbptt, jump_prob
-        self.obs = np.zeros((self.capacity, num_envs, *obs_shape), np.uint8)
-        self.action = np.zeros((self.capacity, num_envs, action_size), np.float32)
-        self.reward = np.zeros((self.capacity, num_envs), np.float32)
-        self.is_first = np.zeros((self.capacity, num_envs), bool)
-        self.is_terminal = np.zeros((self.capacity, num_envs), bool)
-        self.added = 0  # steps added per env, never decreases; step g lives in slot g % capacity
-        self.row_env = np.zeros(batch_size, np.int64)
-        self.row_next = np.full(batch_size, -1, np.int64)  # step index of each row's next chunk; -1: start fresh
-        self.rng = np.random.default_rng(seed)
-
-    def add(self, obs, action, reward, is_first, is_terminal):
-        slot = self.added % self.capacity
-        self.obs[slot], self.action[slot], self.reward[slot] = obs, action, reward
-        self.is_first[slot], self.is_terminal[slot] = is_first, is_terminal
-        self.added += 1
-
-    def __len__(self) -> int:
-        return min(self.added, self.capacity) * self.num_envs
-
-    def can_sample(self) -> bool:
-        return min(self.added, self.capacity) >= self.batch_length
-
-    def sample(self) -> dict:
-        T, B = self.batch_length, self.batch_size
-        oldest, last_start = max(0, self.added - self.capacity), self.added - T
-        keep = (self.row_next >= oldest) & (self.row_next <= last_start) & (self.rng.random(B) >= self.jump_prob)
-        fresh = ~keep if self.tbptt else np.ones(B, bool)
-        self.row_env[fresh] = self.rng.integers(0, self.num_envs, fresh.sum())
-        self.row_next[fresh] = self.rng.integers(oldest, last_start + 1, fresh.sum())
-        slots = (self.row_next[None] + np.arange(T)[:, None]) % self.capacity  # [T, B]
-        envs = self.row_env[None].repeat(T, 0)  # [T, B]
-        batch = dict(
-            obs=self.obs[slots, envs],
-            action=self.action[slots, envs],
-            reward=self.reward[slots, envs],
-            is_first=self.is_first[slots, envs],
-            is_terminal=self.is_terminal[slots, envs],
-        )
-        batch["is_first"][0, fresh] = True  # a fresh row starts from the initial state, whatever the carry holds
-        self.row_next += T
-        return batch
-
-    def state_dict(self, with_data: bool) -> dict:
-        state = dict(
-            added=self.added, row_env=self.row_env.copy(), row_next=self.row_next.copy(), rng=self.rng.bit_generator.state
-        )
-        if with_data:
-            n = min(self.added, self.capacity)
-            for key in ("obs", "action", "reward", "is_first", "is_terminal"):
-                state[key] = torch.from_numpy(getattr(self, key)[:n].copy())
-        return state
-
-    def load_state_dict(self, state: dict):
-        self.rng.bit_generator.state = state["rng"]
-        if "obs" not in state:  # the buffer was not saved: start empty, rows start fresh
-            return
-        self.added, self.row_env[:], self.row_next[:] = state["added"], state["row_env"], state["row_next"]
-        for key in ("obs", "action", "reward", "is_first", "is_terminal"):
-            data = state[key].numpy()
-            getattr(self, key)[: len(data)] = data
-
-
-# ALGO LOGIC: networks
-def init_weights(module: nn.Module):
-    """Glorot uniform weights and zero biases: the Keras defaults of the paper's code. Every other
-    layer with parameters initialises them in its own `reset_parameters()` (LayerNorm: ones and zeros); one without that
-    method stops the run with one line naming it: no parameter keeps the uninitialised memory of `torch.empty`."""
-    for name, m in module.named_modules():
-        if isinstance(m, (nn.Linear, nn.Conv2d, nn.ConvTranspose2d)):
-            nn.init.xavier_uniform_(m.weight)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
-        elif next(m.parameters(recurse=False), None) is not None:  # any other layer: LayerNorm, or a fork's new one
-            if not hasattr(m, "reset_parameters"):
-                where = f"{type(module).__name__}.{name or 'self'} ({type(m).__name__})"
-                shapes = ", ".join(f"{n} {tuple(p.shape)}" for n, p in m.named_parameters(recurse=False))
-                fail(f"init_weights: {where} has parameters with no initialisation rule ({shapes}); give it a "
-                     "reset_parameters() method or a rule in init_weights")  # fmt: skip
-            m.reset_parameters()
-
-
-def dense(in_features: int, out_features: int) -> nn.Sequential:
-    """Linear -> ELU, the building block of every DreamerV2 MLP (no normalisation)."""
-    return nn.Sequential(nn.Linear(in_features, out_features), nn.ELU())
-
-
-class MLP(nn.Module):
-    def __init__(self, in_features: int, out_features: int, units: int, layers: int):
-        super().__init__()
-        sizes = [in_features] + [units] * layers
-        self.hidden = nn.Sequential(*[dense(i, o) for i, o in zip(sizes[:-1], sizes[1:])])
-        self.out = nn.Linear(sizes[-1], out_features)
-        init_weights(self)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out(self.hidden(x))
-
-
-class Encoder(nn.Module):
-    """64x64 image -> embed: four stride-2 4x4 'valid' convs (depth x 1, 2, 4, 8), 64 -> 31 -> 14 -> 6 -> 2, with ELU."""
-
-    def __init__(self, channels: int, cnn_depth: int):
-        super().__init__()
-        layers, in_ch = [], channels
-        for i in range(4):
-            out_ch = cnn_depth * 2**i
-            layers += [nn.Conv2d(in_ch, out_ch, 4, 2), nn.ELU()]
-            in_ch = out_ch
-        self.net = nn.Sequential(*layers)
-        self.embed_size = in_ch * 2 * 2
-        init_weights(self)
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        lead = obs.shape[:-3]  # [T, B] or [B]
-        x = obs.reshape(-1, *obs.shape[-3:]).float() / 255.0 - 0.5
-        x = self.net(x.contiguous(memory_format=torch.channels_last))
-        return x.reshape(*lead, -1)  # [..., embed]
-
-
-class Decoder(nn.Module):
-    """feat -> 64x64 image mean: a linear layer to 1x1 x 32 depth, then four stride-2 transposed convs with kernels
-    5, 5, 6, 6 (depth x 4, 2, 1, then the image channels), 1 -> 5 -> 13 -> 30 -> 64, with ELU in between."""
-
-    def __init__(self, feat_size: int, channels: int, cnn_depth: int):
-        super().__init__()
-        self.depth = cnn_depth * 32
-        self.linear = nn.Linear(feat_size, self.depth)
-        layers, in_ch = [], self.depth
-        for i, kernel in enumerate((5, 5, 6)):
-            out_ch = cnn_depth * 2 ** (2 - i)
-            layers += [nn.ConvTranspose2d(in_ch, out_ch, kernel, 2), nn.ELU()]
-            in_ch = out_ch
-        layers.append(nn.ConvTranspose2d(in_ch, channels, 6, 2))
-        self.net = nn.Sequential(*layers)
-        init_weights(self)
-
-    def forward(self, feat: torch.Tensor) -> torch.Tensor:
-        lead = feat.shape[:-1]
-        x = self.linear(feat.reshape(-1, feat.shape[-1]))  # [N, 32 depth]: a 1x1 image
-        # the first transposed conv sees a 1x1 image, so it is one matrix product: computed as one (same maths, 3x faster)
-        first = self.net[0]
-        x = (x @ first.weight.flatten(1)).view(-1, *first.weight.shape[1:]) + first.bias[:, None, None]  # [N, 4 depth, 5, 5]
-        x = self.net[1:](x.contiguous(memory_format=torch.channels_last))
-        return (x + 0.5).reshape(*lead, *x.shape[1:])  # [..., C, 64, 64], pixels in [0, 1]
-
-
-class RSSM(nn.Module):
-    """Recurrent state-space model (DreamerV2 eq. 1), time-major: sequences are [T, B, ...], one step is [B, ...].
-
-        recurrent model:       h_t = f(h_{t-1}, z_{t-1}, a_{t-1})      (GRU with LayerNorm, update bias -1)
-        representation model:  z_t ~ q(z_t | h_t, x_t)                (post, sees the embedded image x_t)
-        transition predictor:  z^_t ~ p(z^_t | h_t)                   (prior, used for imagination)
-
-    A state is a dict: deter h_t [B, deter_size], stoch z_t [B, stoch, classes] (one-hot, straight-through), logits
-    [B, stoch, classes]. The initial state is all zeros. feat = cat(h_t, flatten(z_t)) feeds every head.
-    How one replayed chunk lines up (row b, t = 0..T-1):
-
-        t          0      1      2      3   ...
-        obs        o_0    o_1    o_2    o_3         o_t: the frame seen at step t
-        reward     r_0    r_1    r_2    r_3         r_t: reward that came with o_t
-        is_first   1      0      0      0           o_t began an episode: reset to the initial state
-        is_term    0      0      0      1           o_t ended the episode by termination (discount target 0)
-        action     a_0    a_1    a_2    a_3         a_t: chosen after seeing o_t
-        obs_step   (h_{-1}, z_{-1}, a_{-1}) + o_0 -> post_0;  (post_0, a_0) + o_1 -> post_1;  ...
-
-    so step t consumes the previous action a_{t-1}; for t = 0 it is the carried one (TBPTT) or zero.
-    """
-
-    def __init__(self, action_size, embed_size, deter_size, stoch_size, classes, hidden_size):
-        super().__init__()
-        self.deter_size, self.stoch_size, self.classes = deter_size, stoch_size, classes
-        self.img_in = dense(stoch_size * classes + action_size, hidden_size)
-        self.gru = nn.Linear(hidden_size + deter_size, 3 * deter_size)
-        self.gru_norm = nn.LayerNorm(3 * deter_size, eps=1e-3)
-        self.img_out = dense(deter_size, hidden_size)
-        self.img_logits = nn.Linear(hidden_size, stoch_size * classes)
-        self.obs_out = dense(deter_size + embed_size, hidden_size)
-        self.obs_logits = nn.Linear(hidden_size, stoch_size * classes)
-        init_weights(self)
-
-    def _logits(self, layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-        return layer(x).reshape(*x.shape[:-1], self.stoch_size, self.classes).float()
-
-    def initial(self, batch_size: int) -> dict:
-        zeros = lambda *shape: self.img_logits.weight.new_zeros(batch_size, *shape)  # noqa: E731
-        return dict(
-            deter=zeros(self.deter_size),
-            stoch=zeros(self.stoch_size, self.classes),
-            logits=zeros(self.stoch_size, self.classes),
-        )
-
-    def get_feat(self, state: dict) -> torch.Tensor:
-        return torch.cat([state["deter"], state["stoch"].flatten(-2)], -1)  # [..., deter + stoch * classes]
-
-    def deter_step(self, prev_state: dict, prev_action: torch.Tensor) -> torch.Tensor:
-        """Recurrent model: h_t = GRU(h_{t-1}, MLP(z_{t-1}, a_{t-1})) -> deter [B, deter]."""
-        x = self.img_in(torch.cat([prev_state["stoch"].flatten(-2), prev_action], -1))
-        deter = prev_state["deter"]
-        reset, cand, update = self.gru_norm(self.gru(torch.cat([x, deter], -1)).float()).chunk(3, -1)
-        cand = torch.tanh(torch.sigmoid(reset) * cand)
-        update = torch.sigmoid(update - 1)  # biased towards keeping the old state
-        return update * cand + (1 - update) * deter
-
-    def prior_logits(self, deter: torch.Tensor) -> torch.Tensor:
-        """Transition predictor: the prior's logits [..., stoch, classes] from h_t alone."""
-        return self._logits(self.img_logits, self.img_out(deter))
-
-    def img_step(self, prev_state: dict, prev_action: torch.Tensor) -> dict:
-        """Prior step: h_t = GRU(h_{t-1}, MLP(z_{t-1}, a_{t-1})), z^_t ~ p(. | h_t)."""
-        deter = self.deter_step(prev_state, prev_action)  # [B, deter]
-        logits = self.prior_logits(deter)  # [B, stoch, classes]
-        return dict(deter=deter, stoch=sample_onehot(logits), logits=logits)
-
-    def obs_step(self, prev_state: dict, prev_action: torch.Tensor, embed: torch.Tensor, is_first: torch.Tensor):
-        """Posterior step. Where is_first [B] is set, the previous state and action are replaced by zeros."""
-        first = is_first.bool()[:, None]  # [B, 1]
-        prev_state = {k: torch.where(first if v.dim() == 2 else first[..., None], 0.0, v) for k, v in prev_state.items()}
-        prior = self.img_step(prev_state, torch.where(first, 0.0, prev_action))
-        logits = self._logits(self.obs_logits, self.obs_out(torch.cat([prior["deter"], embed], -1)))
-        post = dict(deter=prior["deter"], stoch=sample_onehot(logits), logits=logits)
-        return post, prior
-
-    def observe(self, embed, prev_actions, is_first, state: dict):
-        """Filter a sequence: embed [T, B, E], prev_actions [T, B, A] (a_{t-1}), is_first [T, B] -> post, prior [T, B, ...].
-
-        The same maths as calling obs_step at every t (a test checks it), arranged for speed: only what depends on the
-        previous step stays in the loop. The embedding's share of the posterior's first layer, W [h; e] + b =
-        W_h h + (W_e e + b), runs once on all T x B rows before the loop, and the prior's output layers, which read only
-        h_t, once after it. The prior carries deter and logits: nothing samples from it here."""
-        first = is_first.bool()[..., None]  # [T, B, 1]
-        linear, activation = self.obs_out
-        w_deter, w_embed = linear.weight.split([self.deter_size, embed.shape[-1]], 1)
-        embed_in = F.linear(embed, w_embed, linear.bias)  # [T, B, hidden]: W_e e + b for every step at once
-        w_deter = w_deter.to(embed_in.dtype)  # under autocast: cast the slice once, not at every step
-
-        def step(state: dict, inputs: tuple) -> tuple:
-            embed_t, action_t, first_t = inputs
-            state = {k: torch.where(first_t if v.dim() == 2 else first_t[..., None], 0.0, v) for k, v in state.items()}
-            deter = self.deter_step(state, torch.where(first_t, 0.0, action_t))
-            logits = self._logits(self.obs_logits, activation(F.linear(deter, w_deter) + embed_t))
-            state = dict(deter=deter, stoch=sample_onehot(logits), logits=logits)
-            return state, state
-
-        _, post = scan_steps(step, state, (embed_in, prev_actions, first))
-        return post, dict(deter=post["deter"], logits=self.prior_logits(post["deter"]))
-
-    def imagine(self, actions: torch.Tensor, state: dict) -> dict:
-        """Open-loop prediction with given actions [T, B, A] from a state [B, ...] -> priors [T, B, ...]."""
-        priors = []
-        for t in range(actions.shape[0]):
-            state = self.img_step(state, actions[t])
-            priors.append(state)
-        return {k: torch.stack([s[k] for s in priors]) for k in priors[0]}
-
-
-class WorldModel(nn.Module):
-    def __init__(self, obs_shape, action_size, args: Args):
-        super().__init__()
-        channels = obs_shape[0]
-        self.encoder = Encoder(channels, args.cnn_depth)
-        self.rssm = RSSM(
-            action_size, self.encoder.embed_size, args.deter_size, args.stoch_size, args.classes, args.hidden_size
-        )
-        feat_size = args.deter_size + args.stoch_size * args.classes
-        self.decoder = Decoder(feat_size, channels, args.cnn_depth)
-        self.reward = MLP(feat_size, 1, args.mlp_units, args.mlp_layers)
-        self.discount = MLP(feat_size, 1, args.mlp_units, args.mlp_layers)
-
-
-class Actor(nn.Module):
-    """pi(a_t | s_t): a categorical over the discrete actions."""
-
-    def __init__(self, feat_size: int, action_size: int, units: int, layers: int):
-        super().__init__()
-        self.net = MLP(feat_size, action_size, units, layers)
-
-    def forward(self, feat: torch.Tensor) -> torch.Tensor:
-        return F.log_softmax(self.net(feat).float(), -1)  # [..., A] log-probabilities
-
-
-class Critic(nn.Module):
-    """v(s_t): the mean of a unit-variance Gaussian over the return."""
-
-    def __init__(self, feat_size: int, units: int, layers: int):
-        super().__init__()
-        self.net = MLP(feat_size, 1, units, layers)
-
-    def forward(self, feat: torch.Tensor) -> torch.Tensor:
-        return self.net(feat).squeeze(-1).float()  # [...]
-
-
-# ALGO LOGIC: losses
-def world_model_loss(wm: WorldModel, batch: dict, carry: tuple, scales: dict, args: Args):
-    """Sum of the world model losses on a [T, B] batch (DreamerV2 eq. 2 with KL balancing, Algorithm 2):
-
-        L = image + reward + discount_scale * discount + kl_scale * kl
-        kl = alpha KL[sg(post) || prior] + (1 - alpha) KL[post || sg(prior)]
-
-    image: -log N(o_t; decoder(feat_t), 1) summed over pixels; reward: -log N(tanh(r_t); reward(feat_t), 1); discount:
-    the Bernoulli log-loss of the soft target gamma (1 - is_terminal_t); kl: balanced_kl with alpha = kl_balance.
-    Returns (loss, losses, post, new carry, metrics); post is the filtered [T, B] states."""
-    prev_state, prev_action = carry
-    embed = wm.encoder(batch["obs"])  # [T, B, embed]
-    prev_actions = torch.cat([prev_action[None], batch["action"][:-1]], 0)  # [T, B, A]: a_{t-1}
-    post, prior = wm.rssm.observe(embed, prev_actions, batch["is_first"], prev_state)
-    feat = wm.rssm.get_feat(post)  # [T, B, feat]
-    recon = wm.decoder(feat)  # [T, B, C, 64, 64]
-    kl, kl_prior, kl_post = balanced_kl(post["logits"], prior["logits"], args.kl_balance, args.kl_free)
-    losses = {
-        "image": gaussian_nll(recon, batch["obs"].float() / 255.0, event_dims=3),
-        "reward": gaussian_nll(wm.reward(feat).squeeze(-1), transform_reward(batch["reward"], args.reward_transform)),
-        "discount": F.binary_cross_entropy_with_logits(
-            wm.discount(feat).squeeze(-1).float(), args.gamma * (1.0 - batch["is_terminal"].float()), reduction="none"
-        ),
-        "kl": kl,
-    }
-    assert losses.keys() == scales.keys(), (losses.keys(), scales.keys())
-    loss = sum(scales[k] * v.mean() for k, v in losses.items())
-    new_carry = ({k: v[-1].detach().clone() for k, v in post.items()}, batch["action"][-1].clone())  # copies, not views
-    metrics = {
-        "kl_prior": kl_prior,
-        "kl_post": kl_post,
-        "prior_entropy": categorical_entropy(prior["logits"].detach()).sum(-1).mean(),
-        "post_entropy": categorical_entropy(post["logits"].detach()).sum(-1).mean(),
-    }
-    return loss, {k: v.mean() for k, v in losses.items()}, post, new_carry, metrics
-
-
-def imagine(wm: WorldModel, actor: Actor, start: dict, horizon: int):
-    """Roll the prior forward `horizon` steps from every start state [N, ...], acting with the actor.
-
-        s_0 --a_0--> s_1 --a_1--> ... --a_{H-1}--> s_H,   a_t ~ pi(. | s_t)
-
-    Returns feats [H+1, N, feat], actions [H, N, A] and the actor's log-probabilities [H, N, A] at s_0..s_{H-1}. With
-    REINFORCE (discrete actions) no gradient flows through the imagined dynamics, so the world model runs without
-    building a graph; the log-probabilities keep theirs, and the actor loss uses them instead of running the actor on
-    the same states again (the same numbers: nothing updates the actor in between)."""
-    state, feats, actions, log_probs = start, [wm.rssm.get_feat(start)], [], []
-    for _ in range(horizon):
-        log_probs.append(actor(feats[-1]))
-        with torch.no_grad():
-            action = sample_onehot(log_probs[-1])
-            state = wm.rssm.img_step(state, action)
-            feats.append(wm.rssm.get_feat(state))
-        actions.append(action)
-    return torch.stack(feats), torch.stack(actions), torch.stack(log_probs)
-
-
-def actor_critic_loss(wm, critic, target_critic, feats, actions, log_probs, first_discount, args: Args):
-    """Actor and critic losses on an imagined trajectory (DreamerV2 eqs. 4-6, indexed as in the paper's code):
-
-        t          0      1      2           H-1      H
-        state      s_0    s_1    s_2   ...   s_H-1    s_H     s_0: a posterior state of the replayed batch
-        action     a_0    a_1    a_2         a_H-1            a_t ~ pi(. | s_t) leads to s_{t+1}
-        reward     r_0    r_1    r_2         r_H-1            r_t = reward(s_t), the reward that came with s_t
-        discount   d_0    d_1    d_2         d_H-1            d_t = discount(s_t) ~ gamma (1 - terminal); d_0 replayed
-        weight     1      d_0    d_0 d_1     ...              gamma^t x the chance that s_t is still inside the episode
-        return     R_0    R_1    R_2         R_H-1    v'_H    lambda-returns with the target critic v'
-
-        critic: -log N(R_t; v(s_t), 1) weight_t,  t = 0..H-1
-        actor:  -(log pi(a_t | s_t) sg(R_{t+1} - v'(s_t)) + eta H[pi(. | s_t)]) weight_t,  t = 0..H-2      (REINFORCE)
-
-    a_t earns R_{t+1}, the return from the state it leads to, which starts with that state's reward r_{t+1}."""
-    if torch.is_autocast_enabled(feats.device.type):  # each head would cast feats to bf16 on its own: cast them once
-        feats = feats.to(torch.get_autocast_dtype(feats.device.type))
-    with torch.no_grad():
-        reward = wm.reward(feats[:-1]).squeeze(-1).float()  # [H, N]
-        discount = torch.cat([first_discount[None], torch.sigmoid(wm.discount(feats[1:-1]).squeeze(-1).float())], 0)
-        weight = torch.cumprod(torch.cat([torch.ones_like(discount[:1]), discount[:-1]], 0), 0)  # [H, N]
-        target_value = target_critic(feats)  # [H+1, N]
-        returns = lambda_returns(reward, target_value, discount, args.lmbda)  # [H, N]
-    log_probs = log_probs[:-1]  # [H-1, N, A]: the actor's, from imagine
-    log_pi = (actions[:-1] * log_probs).sum(-1)
-    entropy = -(log_probs.exp() * log_probs).sum(-1)
-    advantage = returns[1:] - target_value[:-2]  # [H-1, N]
-    actor_loss = (-(log_pi * advantage + args.actor_entropy * entropy) * weight[:-1]).mean()
-    value = critic(feats[:-1])  # [H, N]
-    critic_loss = (gaussian_nll(value, returns) * weight).mean()
-    metrics = dict(
-        actor_entropy=entropy.mean(),
-        imagined_return=returns.mean(),
-        imagined_reward=reward.mean(),
-        value=value.detach().mean(),
-        target_value=target_value.mean(),
-    )
-    return actor_loss, critic_loss, metrics
-
-
-def behaviour_losses(wm, actor, critic, target_critic, post: dict, batch: dict, args: Args) -> tuple:
-    """Imagine from every posterior state of the batch, then the actor and critic losses (one function: --compile
-    compiles it whole)."""
-    start = {k: v.detach().flatten(0, 1) for k, v in post.items()}  # [T * B, ...]
-    feats, imagined_actions, log_probs = imagine(wm, actor, start, args.imagination_horizon)
-    first_discount = args.gamma * (1.0 - batch["is_terminal"].float().flatten(0, 1))
-    return actor_critic_loss(wm, critic, target_critic, feats, imagined_actions, log_probs, first_discount, args)
-
-
-def compile_gradient_step(device: torch.device):
-    """--compile: torch.compile the gradient step's two halves whole, each with its backward pass: the world model loss
-    (encoder, the observe loop as a chunked scan, decoder, heads) and the behaviour losses (imagination, actor, critic).
-    No graph break is allowed (fullgraph). The optimizer steps stay eager, between them: the world model is updated
-    before imagination, as in the paper's code. On CUDA also CUDA graphs ("reduce-overhead"): each half replays as one
-    launch, so the step is not bound by thousands of kernel launches."""
-    global world_model_loss, behaviour_losses
-    mode = "reduce-overhead" if device.type == "cuda" else None
-    world_model_loss = torch.compile(world_model_loss, fullgraph=True, mode=mode)
-    behaviour_losses = torch.compile(behaviour_losses, fullgraph=True, mode=mode)
-    if device.type == "cuda":  # a replayed graph overwrites its outputs: copy out what outlives the step (carry, metrics)
-        world_model_loss, behaviour_losses = copy_outputs(world_model_loss), copy_outputs(behaviour_losses)
-
-
-def copy_outputs(function):
-    """function, with every tensor it returns copied out of the CUDA graph's memory."""
-    return lambda *args: torch.utils._pytree.tree_map_only(torch.Tensor, torch.clone, function(*args))
-
-
-def backward_and_clip(loss: torch.Tensor, params: list, clip: float) -> torch.Tensor:
-    """loss.backward(), then (under torchrun) average the gradients over processes, then clip; returns the grad norm."""
-    loss.backward()
-    return average_and_clip(params, clip)
-
-
-def average_and_clip(params: list, clip: float) -> torch.Tensor:
-    """Average the gradients over processes (under torchrun), then clip them; returns the grad norm."""
-    if dist.is_initialized():
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        flat = torch.cat([g.flatten() for g in grads])
-        dist.all_reduce(flat)
-        flat /= dist.get_world_size()
-        for p, g in zip(params, flat.split([g.numel() for g in grads])):
-            p.grad = torch.empty_like(p).copy_(g.view_as(p))  # in p's memory layout, as fused Adam reads it
-    return nn.utils.clip_grad_norm_(params, clip)
-
-
-class DeviceBatch:
-    """The replay's numpy batches as tensors on `device`. On the CPU: the arrays themselves (no copy). On CUDA: copied
-    into device tensors that the first batch allocates and every later one reuses, through pinned memory, so that each
-    copy is queued behind the previous gradient step (which still reads the tensors) without waiting for the device.
-    With `static` (--compile), the tensors are marked as static addresses: the compiled step's CUDA graphs then read the
-    batch where it lies instead of first copying it into their own memory."""
-
-    def __init__(self, device: torch.device, static: bool = False):
-        self.device, self.static, self.buffers = device, static, None
-
-    def __call__(self, batch: dict) -> dict:
-        if self.device.type != "cuda":
-            return {k: torch.as_tensor(v) for k, v in batch.items()}
-        if self.buffers is None:
-            self.buffers = {k: torch.empty_like(torch.from_numpy(v), device=self.device) for k, v in batch.items()}
-            if self.static:  # --compile: the CUDA graphs read the batch in place
-                for buffer in self.buffers.values():
-                    torch._dynamo.mark_static_address(buffer)
-        for k, v in batch.items():
-            self.buffers[k].copy_(torch.from_numpy(v).pin_memory(), non_blocking=True)
-        return self.buffers
-
-
-def train_step(wm, actor, critic, target_critic, model_opt, actor_opt, critic_opt, batch: dict, carry: tuple,
-               loss_scales: dict, args: Args, autocast, updates: int) -> tuple:  # fmt: skip
-    """One gradient step: the world model on the batch, then the actor and critic on imagined trajectories that start
-    from every posterior state of it, then the target critic (`updates`: the updates before this one). Returns the TBPTT
-    carry for the next batch, the metrics to log and the values whose finiteness the loop checks (device tensors all:
-    nothing here waits for the device)."""
-    with autocast:
-        wm_loss, losses, post, next_carry, wm_metrics = world_model_loss(wm, batch, carry, loss_scales, args)
-    model_opt.zero_grad(set_to_none=True)
-    model_grad_norm = backward_and_clip(wm_loss, list(wm.parameters()), args.model_grad_clip)
-    model_opt.step()
-    with autocast:
-        actor_loss, critic_loss, ac_metrics = behaviour_losses(wm, actor, critic, target_critic, post, batch, args)
-    actor_opt.zero_grad(set_to_none=True)
-    critic_opt.zero_grad(set_to_none=True)
-    (actor_loss + critic_loss).backward()  # one pass: compiled, both losses are one graph; their parameters are disjoint
-    actor_grad_norm = average_and_clip(list(actor.parameters()), args.ac_grad_clip)
-    critic_grad_norm = average_and_clip(list(critic.parameters()), args.ac_grad_clip)
-    actor_opt.step()
-    critic_opt.step()
-    update_target_critic(critic, target_critic, updates, args.target_update_every, args.target_update_fraction)
-    metrics = dict(
-        **{f"losses/{k}": v for k, v in losses.items()},
-        **{f"losses/{k}": v for k, v in wm_metrics.items()},
-        **{
-            "losses/model": wm_loss,
-            "losses/actor": actor_loss,
-            "losses/critic": critic_loss,
-            "losses/model_grad_norm": model_grad_norm,
-            "losses/actor_grad_norm": actor_grad_norm,
-            "losses/critic_grad_norm": critic_grad_norm,
-        },
-        **{f"losses/{k}": v for k, v in ac_metrics.items()},
-    )
-    checks = {
-        **{f"{k} loss": v for k, v in losses.items()},
-        "world model gradient": model_grad_norm,
-        "actor loss": actor_loss + actor_grad_norm,
-        "critic loss": critic_loss + critic_grad_norm,
-    }
-    return next_carry, metrics, checks
-
-
-@torch.no_grad()
-def act(wm: WorldModel, actor: Actor, state: dict, prev_action, obs, is_first, greedy: bool):
-    """One policy step: filter the new frame into the state, then pick a one-hot action."""
-    embed = wm.encoder(obs)
-    state, _ = wm.rssm.obs_step(state, prev_action, embed, is_first)
-    log_probs = actor(wm.rssm.get_feat(state))
-    action = F.one_hot(log_probs.argmax(-1), log_probs.shape[-1]).float() if greedy else sample_onehot(log_probs)
-    return state, action
-
-
-@torch.no_grad()
-def dream_video(wm: WorldModel, batch: dict, context: int = 5, rows: int = 6) -> torch.Tensor:
-    """Open-loop video: observe `context` frames, then predict the rest from the actions alone.
-    Returns [1, T, 3, 3 * 64, rows * 64] uint8 with real frames, predictions and error stacked vertically."""
-    obs, action = batch["obs"][:, :rows], batch["action"][:, :rows]  # [T, b, C, H, W], [T, b, A]
-    b = obs.shape[1]
-    is_first = torch.zeros(obs.shape[:2], device=obs.device)
-    is_first[0] = 1
-    prev_actions = torch.cat([torch.zeros_like(action[:1]), action[:-1]], 0)
-    post, _ = wm.rssm.observe(wm.encoder(obs[:context]), prev_actions[:context], is_first[:context], wm.rssm.initial(b))
-    last = {k: v[-1] for k, v in post.items()}
-    prior = wm.rssm.imagine(action[context - 1 : -1], last)  # predicts steps context..T-1
-    feat = torch.cat([wm.rssm.get_feat(post), wm.rssm.get_feat(prior)], 0)
-    model = wm.decoder(feat).float().clamp(0, 1)  # [T, b, C, H, W]
-    truth = obs.float() / 255.0
-    video = torch.cat([truth, model, (model - truth + 1) / 2], -2)  # [T, b, C, 3H, W]
-    video = video.permute(0, 2, 3, 1, 4).reshape(video.shape[0], video.shape[2], video.shape[3], b * video.shape[4])
-    video = video.expand(-1, 3, -1, -1) if video.shape[1] == 1 else video
-    return (video[None] * 255).to(torch.uint8).cpu()
-
-
-def evaluate(wm, actor, env_fn, episodes: int, greedy: bool, device, autocast, seed: int) -> list:
-    """Play `episodes` full episodes in a fresh env and return their returns."""
-    env, returns = env_fn(), []
-    for episode in range(episodes):
-        obs, _ = env.reset(seed=seed if episode == 0 else None)
-        state, action = wm.rssm.initial(1), torch.zeros(1, env.action_space.n, device=device)
-        is_first, done, total = torch.ones(1, device=device), False, 0.0
-        while not done:
-            obs_t = torch.as_tensor(obs, device=device).permute(2, 0, 1)[None]
-            with autocast:
-                state, action = act(wm, actor, state, action, obs_t, is_first, greedy)
-            obs, reward, terminated, truncated, _ = env.step(int(action.argmax()))
-            total, done, is_first = total + float(reward), terminated or truncated, torch.zeros(1, device=device)
-        returns.append(total)
-    env.close()
-    return returns
-
-
-# ALGO LOGIC: the training loop's state
-@dataclass
-class Loop:
-    """What the training loop counts and carries, saved in every checkpoint and restored by --resume (`Run.start`,
-    `Run.save`): a new counter is one more field here. Numbers are the same on every rank; the rest (the TBPTT carry)
-    is each rank's own. A checkpoint written before a field existed resumes with the field's starting value."""
-
-    global_step: int = 0  # policy steps so far, all envs of all ranks
-    train_policy_steps: int = 0  # policy steps since training started: what the replay-ratio schedule is fed
-    gradient_steps: int = 0  # all ranks
-    last_eval: int = 0  # the policy step of the last evaluation
-    carry: tuple = ()  # (posterior state, action) where this rank's replay rows go on (TBPTT)
-
-
 # TRY NOT TO MODIFY: run plumbing. The same text in every script (tests/test_plumbing.py compares them): checks of
 # flags and checkpoints, torchrun, run directory and loggers, checkpoints, the stop on a signal, the progress line,
 # --eval-model and the end-of-run checks. A variant of the algorithm leaves it alone (docs: Forking a script).
@@ -1064,7 +391,7 @@ def set_malloc_for_speed():
     """Keep glibc from returning freed activation memory to the OS after every step (docs: Speed)."""
     try:
         libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-1, 2**30)  # M_TRIM_THRESHOLD
+        libc.mallopt(-1, 2**30)  # M_TRIM_THRESHOLD: keep up to 1 GiB of freed memory instead of returning it
         libc.mallopt(-4, 0)  # M_MMAP_MAX
     except (OSError, AttributeError):
         pass
@@ -1255,7 +582,7 @@ class Run:
             for key, obj in objects.items():
                 obj.load_state_dict(self.checkpoint[key])
 
-    def start(self, rb, envs, loop: Loop) -> Loop:
+    def start(self, rb, envs, loop: "Loop") -> "Loop":
         """The loop's state: --resume's, or `loop` as the main block made it for a fresh run. A field that the checkpoint
         lacks (a counter added after it was written) keeps that starting value. Also restores this rank's replay and
         random generators, installs the stop on SIGINT / SIGTERM, and starts the clocks of the progress line."""
@@ -1319,14 +646,14 @@ class Run:
         """Stop with one line if a gradient step since the last check had a non-finite loss or gradient norm."""
         self.nonfinite.check(self.last_checkpoint, self.checkpoint_path, self.args.precision)
 
-    def save(self, loop: Loop):
+    def save(self, loop: "Loop"):
         """Write this rank's checkpoint atomically; never one from after a non-finite loss."""
         self.loop = loop
         self.check_finite()
         save_checkpoint(self.checkpoint_path, self.state()[0])
         self.last_checkpoint = loop.global_step
 
-    def save_before_first_update(self, loop: Loop):
+    def save_before_first_update(self, loop: "Loop"):
         """A checkpoint from before the first gradient step, should training blow up early (the first round only)."""
         if self.last_checkpoint is None:
             self.save(loop)
@@ -1379,7 +706,7 @@ class Run:
         every = global_step % args.log_every < args.num_envs * args.world_size or global_step >= args.total_timesteps
         return args.rank == 0 and every
 
-    def log_progress(self, loop: Loop, episode_returns: list):
+    def log_progress(self, loop: "Loop", episode_returns: list):
         """Rank 0, when `log_due`: TensorBoard's charts/, the training metrics averaged over the gradient steps since the
         last log, and the actions' statistics since then (actions/); and the progress line with its ETA, which once
         training has started also comes every 30 s of wall-clock (hours can pass between two logs on a small CPU)."""
@@ -1402,6 +729,7 @@ class Run:
                 total, square, absolute, count = self.action_sums.cpu().double()
                 mean = total / count
                 if isinstance(self.envs.single_action_space, gym.spaces.Discrete):  # one-hot: each action's share
+                    # the clamp: an action never taken adds 0 log 0 = 0 to the entropy, not 0 x -inf = nan
                     stats = {"entropy": -(mean * mean.clamp(min=1e-12).log()).sum(), "top_share": mean.max()}
                 else:  # continuous: each dimension's mean, standard deviation and mean absolute value, averaged
                     std = (square / count - mean.square()).clamp(min=0).sqrt()
@@ -1467,6 +795,683 @@ class Run:
             dist.destroy_process_group()
 
 
+# ALGO LOGIC: helpers
+def transform_reward(reward: torch.Tensor, kind: str) -> torch.Tensor:
+    """The reward head learns tanh(r) on Atari (the paper's `clip_rewards: tanh`); the env's rewards stay unchanged."""
+    return {"tanh": torch.tanh, "sign": torch.sign, "identity": lambda r: r}[kind](reward.float())
+
+
+def gaussian_nll(mean: torch.Tensor, target: torch.Tensor, event_dims: int = 0) -> torch.Tensor:
+    """-log N(target; mean, 1), summed over the last `event_dims` dimensions (the paper's unit-variance heads)."""
+    nll = 0.5 * (mean.float() - target.float()).square() + 0.5 * math.log(2 * math.pi)
+    return nll.sum(list(range(-event_dims, 0))) if event_dims else nll
+
+
+def sample_onehot(logits: torch.Tensor) -> torch.Tensor:
+    """One-hot sample with straight-through gradients: forward is the sample, backward flows through the probs.
+    Drawn by inverse CDF, the first class whose cumulative probability exceeds one uniform number per categorical (the
+    same distribution as Gumbel-max, with one random number per categorical instead of one per class)."""
+    probs = F.softmax(logits, -1)
+    uniform = torch.rand_like(probs[..., :1], dtype=torch.float32)
+    index = (probs.float().cumsum(-1) < uniform).sum(-1, keepdim=True).clamp(max=probs.shape[-1] - 1)
+    sample = torch.zeros_like(probs).scatter_(-1, index, 1.0)
+    return sample + probs - probs.detach()
+
+
+def scan_steps(step, carry: dict, xs: tuple, chunk: int = 8) -> tuple:
+    """carry, y_t = step(carry, x_t) for t = 0..T-1 over the inputs xs [T, ...] -> (last carry, the y_t stacked [T, ...]).
+    Carry and y_t are dicts of tensors. Eagerly a Python loop. Under torch.compile (--compile) a scan over chunks of
+    `chunk` steps unrolled: the compiler optimises one chunk, whose steps fuse into few kernels, instead of every step
+    (a fully unrolled loop took at least 2.7 times as long to compile and ran slower; docs/speed.md)."""
+
+    def unroll(carry: dict, xs: tuple) -> tuple:
+        ys = []
+        for x in zip(*[v.unbind(0) for v in xs]):
+            carry, y = step(carry, x)
+            ys.append(y)
+        return carry, {k: torch.stack([y[k] for y in ys]) for k in ys[0]}
+
+    if not torch.compiler.is_compiling():
+        return unroll(carry, xs)
+    from torch._higher_order_ops.scan import scan  # private torch API, needed only under --compile: imported here
+
+    def unroll_chunk(carry: dict, xs: tuple) -> tuple:
+        carry, ys = unroll(carry, xs)
+        return {k: v.clone() for k, v in carry.items()}, ys  # a scan's outputs must not alias each other
+
+    steps = xs[0].shape[0]
+    chunk = next(c for c in range(min(chunk, steps), 0, -1) if steps % c == 0)  # the largest divisor of T up to `chunk`
+    carry, ys = scan(unroll_chunk, carry, tuple(v.unflatten(0, (steps // chunk, chunk)) for v in xs))
+    return carry, {k: v.flatten(0, 1) for k, v in ys.items()}
+
+
+def categorical_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
+    """KL(p || q) of [..., stoch, classes] categoricals, summed over the stoch latents -> [...]."""
+    p_log, q_log = F.log_softmax(p_logits.float(), -1), F.log_softmax(q_logits.float(), -1)
+    return (p_log.exp() * (p_log - q_log)).sum([-2, -1])
+
+
+def categorical_entropy(logits: torch.Tensor) -> torch.Tensor:
+    log_p = F.log_softmax(logits.float(), -1)
+    return -(log_p.exp() * log_p).sum(-1)
+
+
+def balanced_kl(post_logits: torch.Tensor, prior_logits: torch.Tensor, balance: float, free: float):
+    """KL balancing (DreamerV2 Algorithm 2). Both terms have the value KL(post || prior), averaged over the batch and
+    clipped below at `free` nats; they differ only in where the gradient goes. The prior, learning to predict the
+    posterior, gets `balance` of the KL gradient; the posterior, regularised towards the prior, gets 1 - balance.
+    Returns (loss, kl_prior, kl_post)."""
+    kl_prior = categorical_kl(post_logits.detach(), prior_logits).mean().clamp(min=free)  # trains the prior
+    kl_post = categorical_kl(post_logits, prior_logits.detach()).mean().clamp(min=free)  # trains the posterior
+    return balance * kl_prior + (1 - balance) * kl_post, kl_prior.detach(), kl_post.detach()
+
+
+def lambda_returns(reward, value, discount, lmbda: float) -> torch.Tensor:
+    """TD(lambda) returns of an imagined trajectory (DreamerV2 eq. 4, indexed as in the paper's code), computed backwards:
+
+        R_t = r_t + d_t ((1 - lambda) v_{t+1} + lambda R_{t+1}),   R_H = v_H
+
+    reward r_t and discount d_t (gamma included) belong to state t: [H, N] for steps 0..H-1; value: [H+1, N] for steps
+    0..H. Returns R_0..R_{H-1}: [H, N]."""
+    interm = reward + discount * (1 - lmbda) * value[1:]
+    returns = [value[-1]]
+    for t in reversed(range(reward.shape[0])):
+        returns.append(interm[t] + discount[t] * lmbda * returns[-1])
+    return torch.stack(returns[1:][::-1])
+
+
+@torch.no_grad()
+def update_target_critic(critic: nn.Module, target_critic: nn.Module, updates: int, every: int, fraction: float):
+    """Called after update number `updates` (from 0): every `every` updates the target critic moves `fraction` of the way
+    to the critic; the first time it is a full copy. The paper: a hard copy after updates 0, 100, 200, ..."""
+    if updates % every == 0:
+        mix = 1.0 if updates == 0 else fraction
+        for target, online in zip(target_critic.parameters(), critic.parameters()):
+            target.lerp_(online, mix)
+
+
+class SequenceReplay:
+    """TBPTT sequence replay: per-env ring buffers, sampled as [T, B] chunks (time-major).
+
+    Storage is [capacity // num_envs, num_envs, ...], one row per vector-env step; frames are uint8. Each of the B batch
+    rows remembers where it stands (an env and a monotonic step index g). A row continues with the chunk right after its
+    previous one, [g, g + T), so the world model starts it from the row's (detached) last posterior: truncated BPTT.
+    A row restarts from a uniformly random valid position [oldest, newest - T + 1] with a fresh state (is_first forced on
+    its first step) when its next chunk is not fully written yet, when its data was overwritten, with probability
+    `jump_prob`, or always with tbptt=False. So every stored step is replayed: starts are uniform over the buffer,
+    and rows then sweep forward through consecutive steps, across episode boundaries (is_first resets the state).
+    """
+
+    def __init__(self, capacity, num_envs, obs_shape, action_size, batch_size, batch_length, tbptt, jump_prob, seed):
+        self.capacity, self.num_envs = capacity // num_envs, num_envs
+        self.batch_size, self.batch_length, self.tbptt, self.jump_prob = batch_size, batch_length, tbptt, jump_prob
+        self.obs = np.zeros((self.capacity, num_envs, *obs_shape), np.uint8)
+        self.action = np.zeros((self.capacity, num_envs, action_size), np.float32)
+        self.reward = np.zeros((self.capacity, num_envs), np.float32)
+        self.is_first = np.zeros((self.capacity, num_envs), bool)
+        self.is_terminal = np.zeros((self.capacity, num_envs), bool)
+        self.added = 0  # steps added per env, never decreases; step g lives in slot g % capacity
+        self.row_env = np.zeros(batch_size, np.int64)
+        self.row_next = np.full(batch_size, -1, np.int64)  # step index of each row's next chunk; -1: start fresh
+        self.rng = np.random.default_rng(seed)
+
+    def add(self, obs, action, reward, is_first, is_terminal):
+        slot = self.added % self.capacity
+        self.obs[slot], self.action[slot], self.reward[slot] = obs, action, reward
+        self.is_first[slot], self.is_terminal[slot] = is_first, is_terminal
+        self.added += 1
+
+    def __len__(self) -> int:
+        return min(self.added, self.capacity) * self.num_envs
+
+    def can_sample(self) -> bool:
+        return min(self.added, self.capacity) >= self.batch_length
+
+    def sample(self) -> dict:
+        T, B = self.batch_length, self.batch_size
+        oldest, last_start = max(0, self.added - self.capacity), self.added - T
+        keep = (self.row_next >= oldest) & (self.row_next <= last_start) & (self.rng.random(B) >= self.jump_prob)
+        fresh = ~keep if self.tbptt else np.ones(B, bool)
+        self.row_env[fresh] = self.rng.integers(0, self.num_envs, fresh.sum())
+        self.row_next[fresh] = self.rng.integers(oldest, last_start + 1, fresh.sum())
+        slots = (self.row_next[None] + np.arange(T)[:, None]) % self.capacity  # [T, B]
+        envs = self.row_env[None].repeat(T, 0)  # [T, B]
+        batch = dict(
+            obs=self.obs[slots, envs],
+            action=self.action[slots, envs],
+            reward=self.reward[slots, envs],
+            is_first=self.is_first[slots, envs],
+            is_terminal=self.is_terminal[slots, envs],
+        )
+        batch["is_first"][0, fresh] = True  # a fresh row starts from the initial state, whatever the carry holds
+        self.row_next += T
+        return batch
+
+    def state_dict(self, with_data: bool) -> dict:
+        state = dict(
+            added=self.added, row_env=self.row_env.copy(), row_next=self.row_next.copy(), rng=self.rng.bit_generator.state
+        )
+        if with_data:
+            n = min(self.added, self.capacity)
+            for key in ("obs", "action", "reward", "is_first", "is_terminal"):
+                state[key] = torch.from_numpy(getattr(self, key)[:n].copy())
+        return state
+
+    def load_state_dict(self, state: dict):
+        self.rng.bit_generator.state = state["rng"]
+        if "obs" not in state:  # the buffer was not saved: start empty, rows start fresh
+            return
+        self.added, self.row_env[:], self.row_next[:] = state["added"], state["row_env"], state["row_next"]
+        for key in ("obs", "action", "reward", "is_first", "is_terminal"):
+            data = state[key].numpy()
+            getattr(self, key)[: len(data)] = data
+
+
+# ALGO LOGIC: networks
+def init_weights(module: nn.Module):
+    """Glorot uniform weights and zero biases: the Keras defaults of the paper's code. Every other
+    layer with parameters initialises them in its own `reset_parameters()` (LayerNorm: ones and zeros); one without that
+    method stops the run with one line naming it: no parameter keeps the uninitialised memory of `torch.empty`."""
+    for name, m in module.named_modules():
+        if isinstance(m, (nn.Linear, nn.Conv2d, nn.ConvTranspose2d)):
+            nn.init.xavier_uniform_(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif next(m.parameters(recurse=False), None) is not None:  # any other layer: LayerNorm, or a fork's new one
+            if not hasattr(m, "reset_parameters"):
+                where = f"{type(module).__name__}.{name or 'self'} ({type(m).__name__})"
+                shapes = ", ".join(f"{n} {tuple(p.shape)}" for n, p in m.named_parameters(recurse=False))
+                fail(f"init_weights: {where} has parameters with no initialisation rule ({shapes}); give it a "
+                     "reset_parameters() method or a rule in init_weights")  # fmt: skip
+            m.reset_parameters()
+
+
+def dense(in_features: int, out_features: int) -> nn.Sequential:
+    """Linear -> ELU, the building block of every DreamerV2 MLP (no normalisation)."""
+    return nn.Sequential(nn.Linear(in_features, out_features), nn.ELU())
+
+
+class MLP(nn.Module):
+    def __init__(self, in_features: int, out_features: int, units: int, layers: int):
+        super().__init__()
+        sizes = [in_features] + [units] * layers
+        self.hidden = nn.Sequential(*[dense(i, o) for i, o in zip(sizes[:-1], sizes[1:])])
+        self.out = nn.Linear(sizes[-1], out_features)
+        init_weights(self)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.hidden(x))
+
+
+class Encoder(nn.Module):
+    """64x64 image -> embed: four stride-2 4x4 'valid' convs (depth x 1, 2, 4, 8), 64 -> 31 -> 14 -> 6 -> 2, with ELU."""
+
+    def __init__(self, channels: int, cnn_depth: int):
+        super().__init__()
+        layers, in_ch = [], channels
+        for i in range(4):
+            out_ch = cnn_depth * 2**i
+            layers += [nn.Conv2d(in_ch, out_ch, 4, 2), nn.ELU()]
+            in_ch = out_ch
+        self.net = nn.Sequential(*layers)
+        self.embed_size = in_ch * 2 * 2
+        init_weights(self)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        lead = obs.shape[:-3]  # [T, B] or [B]
+        x = obs.reshape(-1, *obs.shape[-3:]).float() / 255.0 - 0.5  # pixels centred on 0, as in the paper's code
+        x = self.net(x.contiguous(memory_format=torch.channels_last))
+        return x.reshape(*lead, -1)  # [..., embed]
+
+
+class Decoder(nn.Module):
+    """feat -> 64x64 image mean: a linear layer to 1x1 x 32 depth, then four stride-2 transposed convs with kernels
+    5, 5, 6, 6 (depth x 4, 2, 1, then the image channels), 1 -> 5 -> 13 -> 30 -> 64, with ELU in between."""
+
+    def __init__(self, feat_size: int, channels: int, cnn_depth: int):
+        super().__init__()
+        self.depth = cnn_depth * 32
+        self.linear = nn.Linear(feat_size, self.depth)
+        layers, in_ch = [], self.depth
+        for i, kernel in enumerate((5, 5, 6)):
+            out_ch = cnn_depth * 2 ** (2 - i)
+            layers += [nn.ConvTranspose2d(in_ch, out_ch, kernel, 2), nn.ELU()]
+            in_ch = out_ch
+        layers.append(nn.ConvTranspose2d(in_ch, channels, 6, 2))
+        self.net = nn.Sequential(*layers)
+        init_weights(self)
+
+    def forward(self, feat: torch.Tensor) -> torch.Tensor:
+        lead = feat.shape[:-1]
+        x = self.linear(feat.reshape(-1, feat.shape[-1]))  # [N, 32 depth]: a 1x1 image
+        # the first transposed conv sees a 1x1 image, so it is one matrix product: computed as one (same maths, 3x faster)
+        first = self.net[0]
+        x = (x @ first.weight.flatten(1)).view(-1, *first.weight.shape[1:]) + first.bias[:, None, None]  # [N, 4 depth, 5, 5]
+        x = self.net[1:](x.contiguous(memory_format=torch.channels_last))
+        return (x + 0.5).reshape(*lead, *x.shape[1:])  # [..., C, 64, 64], pixels in [0, 1]: the encoder's centring undone
+
+
+class RSSM(nn.Module):
+    """Recurrent state-space model (DreamerV2 eq. 1), time-major: sequences are [T, B, ...], one step is [B, ...].
+
+        recurrent model:       h_t = f(h_{t-1}, z_{t-1}, a_{t-1})      (GRU with LayerNorm, update bias -1)
+        representation model:  z_t ~ q(z_t | h_t, x_t)                (post, sees the embedded image x_t)
+        transition predictor:  z^_t ~ p(z^_t | h_t)                   (prior, used for imagination)
+
+    A state is a dict: deter h_t [B, deter_size], stoch z_t [B, stoch, classes] (one-hot, straight-through), logits
+    [B, stoch, classes]. The initial state is all zeros. feat = cat(h_t, flatten(z_t)) feeds every head.
+    How one replayed chunk lines up (row b, t = 0..T-1):
+
+        t          0      1      2      3   ...
+        obs        o_0    o_1    o_2    o_3         o_t: the frame seen at step t
+        reward     r_0    r_1    r_2    r_3         r_t: reward that came with o_t
+        is_first   1      0      0      0           o_t began an episode: reset to the initial state
+        is_term    0      0      0      1           o_t ended the episode by termination (discount target 0)
+        action     a_0    a_1    a_2    a_3         a_t: chosen after seeing o_t
+        obs_step   (h_{-1}, z_{-1}, a_{-1}) + o_0 -> post_0;  (post_0, a_0) + o_1 -> post_1;  ...
+
+    so step t consumes the previous action a_{t-1}; for t = 0 it is the carried one (TBPTT) or zero.
+    """
+
+    def __init__(self, action_size, embed_size, deter_size, stoch_size, classes, hidden_size):
+        super().__init__()
+        self.deter_size, self.stoch_size, self.classes = deter_size, stoch_size, classes
+        self.img_in = dense(stoch_size * classes + action_size, hidden_size)
+        self.gru = nn.Linear(hidden_size + deter_size, 3 * deter_size)
+        self.gru_norm = nn.LayerNorm(3 * deter_size, eps=1e-3)  # epsilon 1e-3: Keras's default, which the paper's code has
+        self.img_out = dense(deter_size, hidden_size)
+        self.img_logits = nn.Linear(hidden_size, stoch_size * classes)
+        self.obs_out = dense(deter_size + embed_size, hidden_size)
+        self.obs_logits = nn.Linear(hidden_size, stoch_size * classes)
+        init_weights(self)
+
+    def _logits(self, layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        return layer(x).reshape(*x.shape[:-1], self.stoch_size, self.classes).float()
+
+    def initial(self, batch_size: int) -> dict:
+        zeros = lambda *shape: self.img_logits.weight.new_zeros(batch_size, *shape)  # noqa: E731
+        return dict(
+            deter=zeros(self.deter_size),
+            stoch=zeros(self.stoch_size, self.classes),
+            logits=zeros(self.stoch_size, self.classes),
+        )
+
+    def get_feat(self, state: dict) -> torch.Tensor:
+        return torch.cat([state["deter"], state["stoch"].flatten(-2)], -1)  # [..., deter + stoch * classes]
+
+    def deter_step(self, prev_state: dict, prev_action: torch.Tensor) -> torch.Tensor:
+        """Recurrent model: h_t = GRU(h_{t-1}, MLP(z_{t-1}, a_{t-1})) -> deter [B, deter]."""
+        x = self.img_in(torch.cat([prev_state["stoch"].flatten(-2), prev_action], -1))
+        deter = prev_state["deter"]
+        reset, cand, update = self.gru_norm(self.gru(torch.cat([x, deter], -1)).float()).chunk(3, -1)
+        cand = torch.tanh(torch.sigmoid(reset) * cand)
+        update = torch.sigmoid(update - 1)  # biased towards keeping the old state
+        return update * cand + (1 - update) * deter
+
+    def prior_logits(self, deter: torch.Tensor) -> torch.Tensor:
+        """Transition predictor: the prior's logits [..., stoch, classes] from h_t alone."""
+        return self._logits(self.img_logits, self.img_out(deter))
+
+    def img_step(self, prev_state: dict, prev_action: torch.Tensor) -> dict:
+        """Prior step: h_t = GRU(h_{t-1}, MLP(z_{t-1}, a_{t-1})), z^_t ~ p(. | h_t)."""
+        deter = self.deter_step(prev_state, prev_action)  # [B, deter]
+        logits = self.prior_logits(deter)  # [B, stoch, classes]
+        return dict(deter=deter, stoch=sample_onehot(logits), logits=logits)
+
+    def obs_step(self, prev_state: dict, prev_action: torch.Tensor, embed: torch.Tensor, is_first: torch.Tensor):
+        """Posterior step. Where is_first [B] is set, the previous state and action are replaced by zeros."""
+        first = is_first.bool()[:, None]  # [B, 1]
+        prev_state = {k: torch.where(first if v.dim() == 2 else first[..., None], 0.0, v) for k, v in prev_state.items()}
+        prior = self.img_step(prev_state, torch.where(first, 0.0, prev_action))
+        logits = self._logits(self.obs_logits, self.obs_out(torch.cat([prior["deter"], embed], -1)))
+        post = dict(deter=prior["deter"], stoch=sample_onehot(logits), logits=logits)
+        return post, prior
+
+    def observe(self, embed, prev_actions, is_first, state: dict):
+        """Filter a sequence: embed [T, B, E], prev_actions [T, B, A] (a_{t-1}), is_first [T, B] -> post, prior [T, B, ...].
+
+        The same maths as calling obs_step at every t (a test checks it), arranged for speed: only what depends on the
+        previous step stays in the loop. The embedding's share of the posterior's first layer, W [h; e] + b =
+        W_h h + (W_e e + b), runs once on all T x B rows before the loop, and the prior's output layers, which read only
+        h_t, once after it. The prior carries deter and logits: nothing samples from it here."""
+        first = is_first.bool()[..., None]  # [T, B, 1]
+        linear, activation = self.obs_out
+        w_deter, w_embed = linear.weight.split([self.deter_size, embed.shape[-1]], 1)
+        embed_in = F.linear(embed, w_embed, linear.bias)  # [T, B, hidden]: W_e e + b for every step at once
+        w_deter = w_deter.to(embed_in.dtype)  # under autocast: cast the slice once, not at every step
+
+        def step(state: dict, inputs: tuple) -> tuple:
+            embed_t, action_t, first_t = inputs
+            state = {k: torch.where(first_t if v.dim() == 2 else first_t[..., None], 0.0, v) for k, v in state.items()}
+            deter = self.deter_step(state, torch.where(first_t, 0.0, action_t))
+            logits = self._logits(self.obs_logits, activation(F.linear(deter, w_deter) + embed_t))
+            state = dict(deter=deter, stoch=sample_onehot(logits), logits=logits)
+            return state, state
+
+        _, post = scan_steps(step, state, (embed_in, prev_actions, first))
+        return post, dict(deter=post["deter"], logits=self.prior_logits(post["deter"]))
+
+    def imagine(self, actions: torch.Tensor, state: dict) -> dict:
+        """Open-loop prediction with given actions [T, B, A] from a state [B, ...] -> priors [T, B, ...]."""
+        priors = []
+        for t in range(actions.shape[0]):
+            state = self.img_step(state, actions[t])
+            priors.append(state)
+        return {k: torch.stack([s[k] for s in priors]) for k in priors[0]}
+
+
+class WorldModel(nn.Module):
+    def __init__(self, obs_shape, action_size, args: Args):
+        super().__init__()
+        channels = obs_shape[0]
+        self.encoder = Encoder(channels, args.cnn_depth)
+        self.rssm = RSSM(
+            action_size, self.encoder.embed_size, args.deter_size, args.stoch_size, args.classes, args.hidden_size
+        )
+        feat_size = args.deter_size + args.stoch_size * args.classes
+        self.decoder = Decoder(feat_size, channels, args.cnn_depth)
+        self.reward = MLP(feat_size, 1, args.mlp_units, args.mlp_layers)
+        self.discount = MLP(feat_size, 1, args.mlp_units, args.mlp_layers)
+
+
+class Actor(nn.Module):
+    """pi(a_t | s_t): a categorical over the discrete actions."""
+
+    def __init__(self, feat_size: int, action_size: int, units: int, layers: int):
+        super().__init__()
+        self.net = MLP(feat_size, action_size, units, layers)
+
+    def forward(self, feat: torch.Tensor) -> torch.Tensor:
+        return F.log_softmax(self.net(feat).float(), -1)  # [..., A] log-probabilities
+
+
+class Critic(nn.Module):
+    """v(s_t): the mean of a unit-variance Gaussian over the return."""
+
+    def __init__(self, feat_size: int, units: int, layers: int):
+        super().__init__()
+        self.net = MLP(feat_size, 1, units, layers)
+
+    def forward(self, feat: torch.Tensor) -> torch.Tensor:
+        return self.net(feat).squeeze(-1).float()  # [...]
+
+
+# ALGO LOGIC: losses
+def world_model_loss(wm: WorldModel, batch: dict, carry: tuple, scales: dict, args: Args):
+    """Sum of the world model losses on a [T, B] batch (DreamerV2 eq. 2 with KL balancing, Algorithm 2):
+
+        L = image + reward + discount_scale * discount + kl_scale * kl
+        kl = alpha KL[sg(post) || prior] + (1 - alpha) KL[post || sg(prior)]
+
+    image: -log N(o_t; decoder(feat_t), 1) summed over pixels; reward: -log N(tanh(r_t); reward(feat_t), 1); discount:
+    the Bernoulli log-loss of the soft target gamma (1 - is_terminal_t); kl: balanced_kl with alpha = kl_balance.
+    Returns (loss, losses, post, new carry, metrics); post is the filtered [T, B] states."""
+    prev_state, prev_action = carry
+    embed = wm.encoder(batch["obs"])  # [T, B, embed]
+    prev_actions = torch.cat([prev_action[None], batch["action"][:-1]], 0)  # [T, B, A]: a_{t-1}
+    post, prior = wm.rssm.observe(embed, prev_actions, batch["is_first"], prev_state)
+    feat = wm.rssm.get_feat(post)  # [T, B, feat]
+    recon = wm.decoder(feat)  # [T, B, C, 64, 64]
+    kl, kl_prior, kl_post = balanced_kl(post["logits"], prior["logits"], args.kl_balance, args.kl_free)
+    losses = {
+        "image": gaussian_nll(recon, batch["obs"].float() / 255.0, event_dims=3),
+        "reward": gaussian_nll(wm.reward(feat).squeeze(-1), transform_reward(batch["reward"], args.reward_transform)),
+        "discount": F.binary_cross_entropy_with_logits(
+            wm.discount(feat).squeeze(-1).float(), args.gamma * (1.0 - batch["is_terminal"].float()), reduction="none"
+        ),
+        "kl": kl,
+    }
+    assert losses.keys() == scales.keys(), (losses.keys(), scales.keys())
+    loss = sum(scales[k] * v.mean() for k, v in losses.items())
+    new_carry = ({k: v[-1].detach().clone() for k, v in post.items()}, batch["action"][-1].clone())  # copies, not views
+    metrics = {
+        "kl_prior": kl_prior,
+        "kl_post": kl_post,
+        "prior_entropy": categorical_entropy(prior["logits"].detach()).sum(-1).mean(),
+        "post_entropy": categorical_entropy(post["logits"].detach()).sum(-1).mean(),
+    }
+    return loss, {k: v.mean() for k, v in losses.items()}, post, new_carry, metrics
+
+
+def imagine_with_actor(wm: WorldModel, actor: Actor, start: dict, horizon: int):
+    """Roll the prior forward `horizon` steps from every start state [N, ...], acting with the actor.
+
+        s_0 --a_0--> s_1 --a_1--> ... --a_{H-1}--> s_H,   a_t ~ pi(. | s_t)
+
+    Returns feats [H+1, N, feat], actions [H, N, A] and the actor's log-probabilities [H, N, A] at s_0..s_{H-1}. With
+    REINFORCE (discrete actions) no gradient flows through the imagined dynamics, so the world model runs without
+    building a graph; the log-probabilities keep theirs, and the actor loss uses them instead of running the actor on
+    the same states again (the same numbers: nothing updates the actor in between)."""
+    state, feats, actions, log_probs = start, [wm.rssm.get_feat(start)], [], []
+    for _ in range(horizon):
+        log_probs.append(actor(feats[-1]))
+        with torch.no_grad():
+            action = sample_onehot(log_probs[-1])
+            state = wm.rssm.img_step(state, action)
+            feats.append(wm.rssm.get_feat(state))
+        actions.append(action)
+    return torch.stack(feats), torch.stack(actions), torch.stack(log_probs)
+
+
+def actor_critic_loss(wm, critic, target_critic, feats, actions, log_probs, first_discount, args: Args):
+    """Actor and critic losses on an imagined trajectory (DreamerV2 eqs. 4-6, indexed as in the paper's code):
+
+        t          0      1      2           H-1      H
+        state      s_0    s_1    s_2   ...   s_H-1    s_H     s_0: a posterior state of the replayed batch
+        action     a_0    a_1    a_2         a_H-1            a_t ~ pi(. | s_t) leads to s_{t+1}
+        reward     r_0    r_1    r_2         r_H-1            r_t = reward(s_t), the reward that came with s_t
+        discount   d_0    d_1    d_2         d_H-1            d_t = discount(s_t) ~ gamma (1 - terminal); d_0 replayed
+        weight     1      d_0    d_0 d_1     ...              gamma^t x the chance that s_t is still inside the episode
+        return     R_0    R_1    R_2         R_H-1    v'_H    lambda-returns with the target critic v'
+
+        critic: -log N(R_t; v(s_t), 1) weight_t,  t = 0..H-1
+        actor:  -(log pi(a_t | s_t) sg(R_{t+1} - v'(s_t)) + eta H[pi(. | s_t)]) weight_t,  t = 0..H-2      (REINFORCE)
+
+    a_t earns R_{t+1}, the return from the state it leads to, which starts with that state's reward r_{t+1}."""
+    if torch.is_autocast_enabled(feats.device.type):  # each head would cast feats to bf16 on its own: cast them once
+        feats = feats.to(torch.get_autocast_dtype(feats.device.type))
+    with torch.no_grad():
+        reward = wm.reward(feats[:-1]).squeeze(-1).float()  # [H, N]
+        discount = torch.cat([first_discount[None], torch.sigmoid(wm.discount(feats[1:-1]).squeeze(-1).float())], 0)
+        weight = torch.cumprod(torch.cat([torch.ones_like(discount[:1]), discount[:-1]], 0), 0)  # [H, N]
+        target_value = target_critic(feats)  # [H+1, N]
+        returns = lambda_returns(reward, target_value, discount, args.lmbda)  # [H, N]
+    log_probs = log_probs[:-1]  # [H-1, N, A]: the actor's, from imagine_with_actor
+    log_pi = (actions[:-1] * log_probs).sum(-1)
+    entropy = -(log_probs.exp() * log_probs).sum(-1)
+    advantage = returns[1:] - target_value[:-2]  # [H-1, N]
+    actor_loss = (-(log_pi * advantage + args.actor_entropy * entropy) * weight[:-1]).mean()
+    value = critic(feats[:-1])  # [H, N]
+    critic_loss = (gaussian_nll(value, returns) * weight).mean()
+    metrics = dict(
+        actor_entropy=entropy.mean(),
+        imagined_return=returns.mean(),
+        imagined_reward=reward.mean(),
+        value=value.detach().mean(),
+        target_value=target_value.mean(),
+    )
+    return actor_loss, critic_loss, metrics
+
+
+def behaviour_losses(wm, actor, critic, target_critic, post: dict, batch: dict, args: Args) -> tuple:
+    """Imagine from every posterior state of the batch, then the actor and critic losses (one function: --compile
+    compiles it whole)."""
+    start = {k: v.detach().flatten(0, 1) for k, v in post.items()}  # [T * B, ...]
+    feats, imagined_actions, log_probs = imagine_with_actor(wm, actor, start, args.imagination_horizon)
+    first_discount = args.gamma * (1.0 - batch["is_terminal"].float().flatten(0, 1))
+    return actor_critic_loss(wm, critic, target_critic, feats, imagined_actions, log_probs, first_discount, args)
+
+
+def compile_loss_fns(device: torch.device) -> tuple:
+    """--compile: torch.compile the gradient step's two halves whole, each with its backward pass: the world model loss
+    (encoder, the observe loop as a chunked scan, decoder, heads) and the behaviour losses (imagination, actor, critic).
+    No graph break is allowed (fullgraph). The optimizer steps stay eager, between them: the world model is updated
+    before imagination, as in the paper's code. On CUDA also CUDA graphs ("reduce-overhead"): each half replays as one
+    launch, so the step is not bound by thousands of kernel launches. Returns the compiled pair, which the main block
+    passes to train_step as its `loss_fns`; the module's own two functions stay eager, so a second call wraps nothing
+    twice."""
+    mode = "reduce-overhead" if device.type == "cuda" else None
+    loss_fns = tuple(torch.compile(fn, fullgraph=True, mode=mode) for fn in (world_model_loss, behaviour_losses))
+    if device.type == "cuda":  # a replayed graph overwrites its outputs: copy out what outlives the step (carry, metrics)
+        loss_fns = tuple(copy_outputs(fn) for fn in loss_fns)
+    return loss_fns
+
+
+def copy_outputs(function):
+    """function, with every tensor it returns copied out of the CUDA graph's memory."""
+    return lambda *args: torch.utils._pytree.tree_map_only(torch.Tensor, torch.clone, function(*args))
+
+
+def backward_and_clip(loss: torch.Tensor, params: list, clip: float) -> torch.Tensor:
+    """loss.backward(), then (under torchrun) average the gradients over processes, then clip; returns the grad norm."""
+    loss.backward()
+    return average_and_clip(params, clip)
+
+
+def average_and_clip(params: list, clip: float) -> torch.Tensor:
+    """Average the gradients over processes (under torchrun), then clip them; returns the grad norm."""
+    if dist.is_initialized():
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.flatten() for g in grads])
+        dist.all_reduce(flat)
+        flat /= dist.get_world_size()
+        for p, g in zip(params, flat.split([g.numel() for g in grads])):
+            p.grad = torch.empty_like(p).copy_(g.view_as(p))  # in p's memory layout, as fused Adam reads it
+    return nn.utils.clip_grad_norm_(params, clip)
+
+
+class DeviceBatch:
+    """The replay's numpy batches as tensors on `device`. On the CPU: the arrays themselves (no copy). On CUDA: copied
+    into device tensors that the first batch allocates and every later one reuses, through pinned memory, so that each
+    copy is queued behind the previous gradient step (which still reads the tensors) without waiting for the device.
+    With `static` (--compile), the tensors are marked as static addresses: the compiled step's CUDA graphs then read the
+    batch where it lies instead of first copying it into their own memory."""
+
+    def __init__(self, device: torch.device, static: bool = False):
+        self.device, self.static, self.buffers = device, static, None
+
+    def __call__(self, batch: dict) -> dict:
+        if self.device.type != "cuda":
+            return {k: torch.as_tensor(v) for k, v in batch.items()}
+        if self.buffers is None:
+            self.buffers = {k: torch.empty_like(torch.from_numpy(v), device=self.device) for k, v in batch.items()}
+            if self.static:  # --compile: the CUDA graphs read the batch in place
+                for buffer in self.buffers.values():
+                    torch._dynamo.mark_static_address(buffer)
+        for k, v in batch.items():
+            self.buffers[k].copy_(torch.from_numpy(v).pin_memory(), non_blocking=True)
+        return self.buffers
+
+
+def train_step(wm, actor, critic, target_critic, model_opt, actor_opt, critic_opt, batch: dict, carry: tuple,
+               loss_scales: dict, args: Args, autocast, updates: int,
+               loss_fns: tuple = (world_model_loss, behaviour_losses)) -> tuple:  # fmt: skip
+    """One gradient step: the world model on the batch, then the actor and critic on imagined trajectories that start
+    from every posterior state of it, then the target critic (`updates`: the updates before this one). `loss_fns`: the
+    functions that compute the losses (--compile passes compiled copies, compile_loss_fns). Returns the TBPTT carry for
+    the next batch, the metrics to log and the values whose finiteness the loop checks (device tensors all: nothing here
+    waits for the device)."""
+    world_model_loss_fn, behaviour_losses_fn = loss_fns  # the eager world_model_loss and behaviour_losses, or compiled copies
+    with autocast:
+        wm_loss, losses, post, next_carry, wm_metrics = world_model_loss_fn(wm, batch, carry, loss_scales, args)
+    model_opt.zero_grad(set_to_none=True)
+    model_grad_norm = backward_and_clip(wm_loss, list(wm.parameters()), args.model_grad_clip)
+    model_opt.step()
+    with autocast:
+        actor_loss, critic_loss, ac_metrics = behaviour_losses_fn(wm, actor, critic, target_critic, post, batch, args)
+    actor_opt.zero_grad(set_to_none=True)
+    critic_opt.zero_grad(set_to_none=True)
+    (actor_loss + critic_loss).backward()  # one pass: compiled, both losses are one graph; their parameters are disjoint
+    actor_grad_norm = average_and_clip(list(actor.parameters()), args.ac_grad_clip)
+    critic_grad_norm = average_and_clip(list(critic.parameters()), args.ac_grad_clip)
+    actor_opt.step()
+    critic_opt.step()
+    update_target_critic(critic, target_critic, updates, args.target_update_every, args.target_update_fraction)
+    metrics = dict(
+        **{f"losses/{k}": v for k, v in losses.items()},
+        **{f"losses/{k}": v for k, v in wm_metrics.items()},
+        **{
+            "losses/model": wm_loss,
+            "losses/actor": actor_loss,
+            "losses/critic": critic_loss,
+            "losses/model_grad_norm": model_grad_norm,
+            "losses/actor_grad_norm": actor_grad_norm,
+            "losses/critic_grad_norm": critic_grad_norm,
+        },
+        **{f"losses/{k}": v for k, v in ac_metrics.items()},
+    )
+    checks = {
+        **{f"{k} loss": v for k, v in losses.items()},
+        "world model gradient": model_grad_norm,
+        "actor loss": actor_loss + actor_grad_norm,
+        "critic loss": critic_loss + critic_grad_norm,
+    }
+    return next_carry, metrics, checks
+
+
+@torch.no_grad()
+def act(wm: WorldModel, actor: Actor, state: dict, prev_action, obs, is_first, greedy: bool):
+    """One policy step: filter the new frame into the state, then pick a one-hot action."""
+    embed = wm.encoder(obs)
+    state, _ = wm.rssm.obs_step(state, prev_action, embed, is_first)
+    log_probs = actor(wm.rssm.get_feat(state))
+    action = F.one_hot(log_probs.argmax(-1), log_probs.shape[-1]).float() if greedy else sample_onehot(log_probs)
+    return state, action
+
+
+@torch.no_grad()
+def dream_video(wm: WorldModel, batch: dict, context: int = 5, rows: int = 6) -> torch.Tensor:
+    """Open-loop video: observe `context` frames, then predict the rest from the actions alone.
+    Returns [1, T, 3, 3 * 64, rows * 64] uint8 with real frames, predictions and error stacked vertically."""
+    obs, action = batch["obs"][:, :rows], batch["action"][:, :rows]  # [T, b, C, H, W], [T, b, A]
+    b = obs.shape[1]
+    is_first = torch.zeros(obs.shape[:2], device=obs.device)
+    is_first[0] = 1
+    prev_actions = torch.cat([torch.zeros_like(action[:1]), action[:-1]], 0)
+    post, _ = wm.rssm.observe(wm.encoder(obs[:context]), prev_actions[:context], is_first[:context], wm.rssm.initial(b))
+    last = {k: v[-1] for k, v in post.items()}
+    prior = wm.rssm.imagine(action[context - 1 : -1], last)  # predicts steps context..T-1
+    feat = torch.cat([wm.rssm.get_feat(post), wm.rssm.get_feat(prior)], 0)
+    model = wm.decoder(feat).float().clamp(0, 1)  # [T, b, C, H, W]
+    truth = obs.float() / 255.0
+    video = torch.cat([truth, model, (model - truth + 1) / 2], -2)  # [T, b, C, 3H, W]
+    video = video.permute(0, 2, 3, 1, 4).reshape(video.shape[0], video.shape[2], video.shape[3], b * video.shape[4])
+    video = video.expand(-1, 3, -1, -1) if video.shape[1] == 1 else video
+    return (video[None] * 255).to(torch.uint8).cpu()
+
+
+def evaluate(wm, actor, env_fn, episodes: int, greedy: bool, device, autocast, seed: int) -> list:
+    """Play `episodes` full episodes in a fresh env and return their returns."""
+    env, returns = env_fn(), []
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=seed if episode == 0 else None)
+        state, action = wm.rssm.initial(1), torch.zeros(1, env.action_space.n, device=device)
+        is_first, done, total = torch.ones(1, device=device), False, 0.0
+        while not done:
+            obs_t = torch.as_tensor(obs, device=device).permute(2, 0, 1)[None]
+            with autocast:
+                state, action = act(wm, actor, state, action, obs_t, is_first, greedy)
+            obs, reward, terminated, truncated, _ = env.step(int(action.argmax()))
+            total, done, is_first = total + float(reward), terminated or truncated, torch.zeros(1, device=device)
+        returns.append(total)
+    env.close()
+    return returns
+
+
+# ALGO LOGIC: the training loop's state
+@dataclass
+class Loop:
+    """What the training loop counts and carries, saved in every checkpoint and restored by --resume (`Run.start`,
+    `Run.save`): a new counter is one more field here. Numbers are the same on every rank; the rest (the TBPTT carry)
+    is each rank's own. A checkpoint written before a field existed resumes with the field's starting value."""
+
+    global_step: int = 0  # policy steps so far, all envs of all ranks
+    train_policy_steps: int = 0  # policy steps since training started: what the replay-ratio schedule is fed
+    gradient_steps: int = 0  # all ranks
+    last_eval: int = 0  # the policy step of the last evaluation
+    carry: tuple = ()  # (posterior state, action) where this rank's replay rows go on (TBPTT)
+
+
 if __name__ == "__main__":
     args = tyro.cli(Args)
     run = Run(args)  # checks the flags (and the checkpoint of --resume), torchrun, run directory, TensorBoard, wandb
@@ -1513,8 +1518,8 @@ if __name__ == "__main__":
         critic.parameters(), lr=args.critic_lr, eps=args.ac_eps, weight_decay=args.weight_decay / args.critic_lr, fused=True
     )
     loss_scales = {"image": 1.0, "reward": 1.0, "discount": args.discount_scale, "kl": args.kl_scale}
-    if args.compile:
-        compile_gradient_step(device)
+    # the loss functions that train_step calls: as defined above, or compiled whole (--compile)
+    loss_fns = compile_loss_fns(device) if args.compile else (world_model_loss, behaviour_losses)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
     if run.saved:  # --eval-model: play, log eval/ and the videos, train nothing
         wm.load_state_dict(run.saved["wm"])
@@ -1581,7 +1586,7 @@ if __name__ == "__main__":
                 updates = loop.gradient_steps // args.world_size  # this process's updates so far: the target critic's clock
                 loop.carry, metrics, checks = train_step(wm, actor, critic, target_critic, model_opt, actor_opt,
                                                          critic_opt, batch, loop.carry, loss_scales, args, autocast,
-                                                         updates)  # fmt: skip
+                                                         updates, loss_fns=loss_fns)  # fmt: skip
                 run.note_train(metrics, checks, loop.global_step)
                 loop.gradient_steps += args.world_size
                 if args.rank == 0 and args.video_every and (loop.gradient_steps // args.world_size) % args.video_every == 0:
@@ -1597,6 +1602,7 @@ if __name__ == "__main__":
         if args.eval_episodes and (args.eval_every and loop.global_step - loop.last_eval >= args.eval_every or done):
             loop.last_eval = loop.global_step
             if args.rank == 0:
+                # a fresh env, seeded apart from the training envs (seed + 0, 1, ...); episode seeds come from evaluate
                 eval_fn = make_env(args.env_id, args.seed + 100_000, 1, False, run.run_name, **env_kwargs)
                 eval_returns = evaluate(
                     wm, actor, eval_fn, args.eval_episodes, args.eval_greedy, device, autocast, args.seed + loop.global_step

@@ -28,7 +28,6 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 import tyro
-from torch._higher_order_ops.scan import scan
 from torch.utils.tensorboard import SummaryWriter
 
 from ratio import Ratio
@@ -213,7 +212,7 @@ class DMC(gym.Env):
     episode ends once the state converges), or else at the task's time limit (1000 control steps, 500 policy steps at
     action repeat 2, for the paper's tasks), a truncation."""
 
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}  # render_fps: the frame rate of the videos RecordVideo writes
 
     def __init__(self, domain: str, task: str, action_repeat: int = 2, size: int = 64, camera: int = -1, render_mode=None):
         default_renderer()
@@ -453,6 +452,484 @@ def check_args(args: Args):
         fail(f"--camera must be -1 (the paper's choice) or a camera id, got {args.camera}")
 
 
+# TRY NOT TO MODIFY: run plumbing. The same text in every script (tests/test_plumbing.py compares them): checks of
+# flags and checkpoints, torchrun, run directory and loggers, checkpoints, the stop on a signal, the progress line,
+# --eval-model and the end-of-run checks. A variant of the algorithm leaves it alone (docs: Forking a script).
+def save_checkpoint(path: str, payload: dict):
+    """Write atomically: a temp file, fsync, then rename over the old checkpoint, so a kill never leaves a broken one."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        torch.save(payload, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: str, flag: str = "--resume") -> dict:
+    """A checkpoint for --resume; a checkpoint or a saved model (--save-model) for --eval-model."""
+    wanted = "runs/<run_name>/checkpoint.pt" if flag == "--resume" else "runs/<run_name>/<exp_name>.cleanrl_model"
+    if not os.path.isfile(path):
+        fail(f"{flag} {path}: no such file (pass the {wanted} of an earlier run)")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+    except Exception:
+        fail(f"{flag} {path}: the file is truncated or corrupt; pass an intact {wanted}")
+    if not isinstance(checkpoint, dict) or checkpoint.get("script") != os.path.basename(__file__):
+        owner = checkpoint.get("script", "something else") if isinstance(checkpoint, dict) else "something else"
+        fail(f"{flag} {path}: this file belongs to {owner}, not {os.path.basename(__file__)}")
+    if flag == "--resume" and "replay" not in checkpoint:
+        fail(f"--resume {path}: this is a saved model (--save-model), not a checkpoint; pass runs/<run_name>/checkpoint.pt")
+    return checkpoint
+
+
+def move_to(value, device: torch.device):
+    """A checkpoint's value with every tensor in it (nested in dicts, tuples and lists) moved to `device`."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {k: move_to(v, device) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(move_to(v, device) for v in value)
+    return value
+
+
+class NonFinite:
+    """Remembers, without waiting for the device, the first gradient step whose losses or gradient norms were not finite:
+    `note` runs inside the training loop on device tensors only; `check`, which the loop calls once after each round of
+    gradient steps (and before a checkpoint), reads that memory and stops the run with one line naming the loss."""
+
+    def __init__(self, gradient_steps: int, device: torch.device):
+        self.count = torch.full((), gradient_steps, dtype=torch.long, device=device)  # this gradient step's number
+        self.first = torch.full((3,), -1, dtype=torch.long, device=device)  # gradient step, policy step, check index
+        self.names = []
+
+    def note(self, checks: dict, policy_step: int, world_size: int):
+        self.names = list(checks)
+        finite = torch.isfinite(torch.stack([v.detach().float() for v in checks.values()]))
+        new = torch.stack([self.count, torch.full_like(self.count, policy_step), (~finite).long().argmax()])
+        self.first = torch.where((self.first[0] < 0) & ~finite.all(), new, self.first)
+        self.count += world_size
+
+    def check(self, last_checkpoint, checkpoint_path: str, precision: str):
+        gradient_step, policy_step, index = self.first.tolist()
+        if gradient_step >= 0:  # stop; the last checkpoint written is from before the blow-up
+            last = f"the last checkpoint, from policy step {last_checkpoint}, is {checkpoint_path}"
+            fail(
+                f"the {self.names[index]} became non-finite at gradient step {gradient_step} (policy step {policy_step}); "
+                + (last if last_checkpoint is not None else "no checkpoint was written before it")
+                + "; lower the learning rates"
+                + (" or use --precision 32" if precision == "bf16" else "")
+            )
+
+
+def set_malloc_for_speed():
+    """Keep glibc from returning freed activation memory to the OS after every step (docs: Speed)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-1, 2**30)  # M_TRIM_THRESHOLD: keep up to 1 GiB of freed memory instead of returning it
+        libc.mallopt(-4, 0)  # M_MMAP_MAX
+    except (OSError, AttributeError):
+        pass
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether `device` runs bf16 matrix products in hardware: a CUDA GPU of compute capability 8.0 or later (Ampere),
+    a CPU with AVX512-BF16 or AMX, as torch detects them. Elsewhere bf16 is emulated: a DreamerV2 gradient step took
+    99.7 s instead of 9.3 s in fp32 on an AVX2-only CPU (docs: Speed)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_capability(device) >= (8, 0)
+    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
+def choose_precision(args: Args, device: torch.device) -> str:
+    """Turn --precision auto into bf16 where `device` runs it natively and 32 elsewhere; warn when an explicit bf16 will
+    be emulated. Returns the note that the start-up line prints after the precision."""
+    native = native_bf16(device)
+    where = f"this GPU ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "this CPU"
+    if args.precision == "auto":
+        args.precision = "bf16" if native else "32"
+        return f" (auto: {where} {'runs bf16 natively' if native else 'has no native bf16'})"
+    if args.precision == "bf16" and not native:
+        if args.rank == 0:
+            isa = "" if device.type == "cuda" else f" (torch reports {torch.backends.cpu.get_cpu_capability()})"
+            print(
+                f"warning: --precision bf16 on {where}{isa}, which has no native bf16: it is emulated, and a gradient step is"
+                " likely 10-30x slower than in fp32; use --precision auto or 32",
+                file=sys.stderr,
+            )
+        return f" (emulated: {where} has no native bf16)"
+    return f" (native on {where})" if args.precision == "bf16" else ""
+
+
+class Run:
+    """One training run around the algorithm. `Run(args)` checks the flags and a checkpoint to resume, starts torchrun's
+    process group, creates the run directory, TensorBoard writer and wandb run: all that can fail before the first env
+    step. The main block then registers the modules, optimizers and replay-ratio schedule once (`register`) and gets the
+    loop's state (the script's `Loop`) from `start`; checkpoints, the parameter count, the rank-0 weight broadcast and
+    the end-of-run checksums all read that one registry. The main block calls its methods and reads `device`, `writer`,
+    `saved`, `checkpoint` and `run_name`; everything else in it is its own."""
+
+    def __init__(self, args: Args):
+        args.world_size, args.rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
+        self.args, self.saved, self.checkpoint, self.rank_checkpoint = args, None, None, None
+        if args.eval_model:  # watch a saved agent with the network and env flags it was trained with
+            if args.resume or args.world_size > 1:
+                fail("--eval-model watches a saved agent in one process: run it with python and without --resume")
+            if not args.eval_episodes:
+                fail("--eval-model plays --eval-episodes episodes: pass a positive number")
+            self.saved = load_checkpoint(args.eval_model, "--eval-model")
+            for key, value in self.saved["args"].items():
+                if key not in EVAL_FLAGS:
+                    setattr(args, key, value)
+        check_args(args)
+        if args.resume:
+            self.checkpoint = checkpoint = load_checkpoint(args.resume)
+            # a flag added after the checkpoint was written (a fork's new flag): that run had the flag's default
+            predates, defaults = [k for k in RESUME_FLAGS if k not in checkpoint["args"]], vars(Args())
+            trained = {k: checkpoint["args"][k] if k in checkpoint["args"] else defaults[k] for k in RESUME_FLAGS}
+            mismatch = [k for k in RESUME_FLAGS if trained[k] != getattr(args, k)]
+            if mismatch:
+                fail(
+                    f"--resume {args.resume}: the checkpoint was trained with "
+                    + ", ".join(
+                        f"--{k.replace('_', '-')} {trained[k]}"
+                        + (" (its default: the checkpoint predates the flag)" if k in predates else "")
+                        for k in mismatch
+                    )
+                    + f" (this run has {', '.join(str(getattr(args, k)) for k in mismatch)}); pass the same values"
+                )
+            if predates and args.rank == 0:
+                print(f"--resume: the checkpoint predates {', '.join('--' + k.replace('_', '-') for k in predates)}; it "
+                      f"resumes with the default {', '.join(str(defaults[k]) for k in predates)}")  # fmt: skip
+            if checkpoint["world_size"] != args.world_size:
+                fail(f"--resume {args.resume}: the run used {checkpoint['world_size']} processes; resume with the same number")
+            rank_path = os.path.join(os.path.dirname(args.resume), f"checkpoint.rank{args.rank}.pt")
+            self.rank_checkpoint = checkpoint if args.rank == 0 else load_checkpoint(rank_path)
+            if self.rank_checkpoint["global_step"] != checkpoint["global_step"]:
+                fail(
+                    f"--resume: {rank_path} is from policy step {self.rank_checkpoint['global_step']}, {args.resume} from "
+                    f"{checkpoint['global_step']}; the checkpoints of all ranks must come from the same step"
+                )
+        check_env(args)
+        if "--cuda" in sys.argv[1:] and not torch.cuda.is_available():  # the default --cuda falls back silently
+            print("warning: --cuda is set but CUDA is not available; running on the CPU", file=sys.stderr)
+        local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        if torch.cuda.is_available() and args.cuda and local_rank >= torch.cuda.device_count():
+            fail(f"torchrun started more processes on this machine than it has GPUs ({torch.cuda.device_count()}): pass "
+                 f"--nproc_per_node {torch.cuda.device_count()} or fewer, or --no-cuda to train on the CPU")  # fmt: skip
+        self.device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() and args.cuda else "cpu")
+        self.precision_note = choose_precision(args, self.device)
+        if args.world_size > 1:
+            # a long timeout: the other ranks wait while rank 0 evaluates
+            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo", timeout=datetime.timedelta(hours=3))
+            if self.device.type == "cuda":
+                torch.cuda.set_device(self.device)
+        # the stop on a signal compares the ranks' flags on the CPU: no wait for the device
+        self.cpu_group = dist.new_group(backend="gloo") if args.world_size > 1 and self.device.type == "cuda" else None
+        set_malloc_for_speed()
+        run_name = f"{args.env_id}__{args.exp_name}{'-eval' if self.saved else ''}__{args.seed}__{int(time.time())}"
+        run_name = run_name.replace("/", "_")
+        if self.checkpoint is not None:
+            run_name = self.checkpoint["run_name"]
+        elif args.world_size > 1:  # every rank writes into rank 0's run directory
+            names = [run_name]
+            dist.broadcast_object_list(names, 0)
+            run_name = names[0]
+        self.run_name, self.run_dir, self.writer = run_name, f"runs/{run_name}", None
+        if self.checkpoint is None and args.rank == 0 and os.path.exists(self.run_dir):
+            fail(f"{self.run_dir} already exists; pick another --exp-name or --seed (or --resume its checkpoint)")
+        if args.rank == 0:  # only rank 0 creates run_dir: other ranks write into it after the weight broadcast
+            os.makedirs(self.run_dir, exist_ok=True)
+            if args.track:
+                import wandb
+
+                wandb.init(
+                    project=args.wandb_project_name,
+                    entity=args.wandb_entity,
+                    sync_tensorboard=True,
+                    config=vars(args),
+                    name=run_name,
+                    monitor_gym=False,  # wandb's gym hook breaks gymnasium 1.x's RecordVideo: upload_videos() sends them
+                    save_code=True,
+                    id=self.checkpoint.get("wandb_id") if self.checkpoint else None,
+                    resume="allow",
+                )
+            # a resumed run hides what the log holds after its checkpoint's step (a checkpoint is written after all that
+            # is logged at its step): a killed run's steps after its last checkpoint are done again, not shown twice
+            purge_step = self.checkpoint["global_step"] + 1 if self.checkpoint is not None else None
+            self.writer = SummaryWriter(self.run_dir, purge_step=purge_step)
+            self.writer.add_text(
+                "hyperparameters",
+                "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+            )
+        rank_file = "checkpoint.pt" if args.rank == 0 else f"checkpoint.rank{args.rank}.pt"
+        self.checkpoint_path, self.uploaded_videos, self.objects = f"{self.run_dir}/{rank_file}", set(), {}
+
+    def upload_videos(self):
+        """With --track --capture-video, send each finished episode video in videos/{run_name} to wandb once."""
+        if self.args.track and self.args.capture_video:
+            import wandb
+
+            for path in sorted(set(glob.glob(f"videos/{self.run_name}/*.mp4")) - self.uploaded_videos):
+                wandb.log({"videos": wandb.Video(path, format="mp4")})
+                self.uploaded_videos.add(path)
+
+    def finish_eval_model(self, eval_returns: list, envs):
+        """--eval-model: log each episode's return, print their mean, close everything and exit."""
+        for episode, episode_return in enumerate(eval_returns):
+            self.writer.add_scalar("eval/episodic_return", episode_return, episode)
+        print(
+            f"eval of {self.args.eval_model} (policy step {self.saved['global_step']}) on {self.args.env_id}: mean return "
+            f"{np.mean(eval_returns):.2f} +- {np.std(eval_returns):.2f} over {len(eval_returns)} episodes",
+            flush=True,
+        )
+        envs.close()
+        self.upload_videos()
+        self.writer.close()
+        sys.exit(0)
+
+    def register(self, **objects):
+        """The modules, optimizers and replay-ratio schedule that a checkpoint holds, under their checkpoint keys (the
+        world model as `wm`). Every rank starts from rank 0's weights; rank 0 prints the sizes of the trained modules;
+        --resume restores every object's state."""
+        args, self.objects = self.args, objects
+        modules = {key: obj for key, obj in objects.items() if isinstance(obj, nn.Module)}
+        if args.world_size > 1:  # every rank starts from rank 0's weights
+            for module in modules.values():
+                for tensor in list(module.parameters()) + list(module.buffers()):
+                    dist.broadcast(tensor.data, 0)
+        n_params = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+        parts = dict(modules["wm"].named_children())  # the world model's parts, then the other trained modules
+        parts.update({k: m for k, m in modules.items() if k != "wm" and any(p.requires_grad for p in m.parameters())})
+        if args.rank == 0:
+            print(
+                f"{describe_model(args)}: "
+                + ", ".join(f"{k} {n_params(m) / 1e6:.2f}M" for k, m in parts.items())
+                + f"; total {sum(n_params(m) for m in parts.values()) / 1e6:.2f}M parameters"
+            )
+            print(
+                f"replay ratio {args.replay_ratio:g} (gradient steps per policy step, global) | world size {args.world_size}"
+                f" | batch {args.batch_size} x {args.batch_length} per rank, {args.batch_size * args.world_size} x "
+                f"{args.batch_length} global | Hafner train ratio {args.replay_ratio * args.batch_size * args.batch_length:g}"
+                f" (replayed steps per policy step) | device {self.device}, precision {args.precision}{self.precision_note}"
+            )
+        if self.checkpoint is not None:
+            for key, obj in objects.items():
+                obj.load_state_dict(self.checkpoint[key])
+
+    def start(self, rb, envs, loop: "Loop") -> "Loop":
+        """The loop's state: --resume's, or `loop` as the main block made it for a fresh run. A field that the checkpoint
+        lacks (a counter added after it was written) keeps that starting value. Also restores this rank's replay and
+        random generators, installs the stop on SIGINT / SIGTERM, and starts the clocks of the progress line."""
+        device, checkpoint, rank_checkpoint = self.device, self.checkpoint, self.rank_checkpoint
+        self.rb, self.envs, self.loop, self.last_checkpoint = rb, envs, loop, None
+        if checkpoint is not None:
+            for field in fields(loop):  # this rank's file; the counters of rank 0's file where an older rank file lacks them
+                saved = rank_checkpoint.get(field.name, checkpoint.get(field.name, getattr(loop, field.name)))
+                setattr(loop, field.name, move_to(saved, device))
+            self.last_checkpoint = checkpoint["global_step"]
+            rb.load_state_dict(rank_checkpoint["replay"])
+            random.setstate(rank_checkpoint["rng"]["python"])
+            np.random.set_state(rank_checkpoint["rng"]["numpy"])
+            torch.set_rng_state(rank_checkpoint["rng"]["torch"].cpu())
+            if device.type == "cuda" and rank_checkpoint["rng"]["cuda"] is not None:
+                torch.cuda.set_rng_state(rank_checkpoint["rng"]["cuda"].cpu())
+            envs.action_space.np_random.bit_generator.state = rank_checkpoint["rng"]["action_space"]
+            print(f"resumed {self.run_name} at policy step {checkpoint['global_step']}, {checkpoint['gradient_steps']} "
+                  "gradient steps")  # fmt: skip
+        self.nonfinite = NonFinite(loop.gradient_steps, device)
+        self.stop_signal, self.stopped = [], False
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda signum, frame: self.stop_signal.append(signum))
+        self.start_time, self.train_seconds = time.time(), 0.0  # train_seconds: the time of the rounds of gradient steps
+        self.start_step, self.start_gradient_steps, self.last_progress = loop.global_step, loop.gradient_steps, time.time()
+        self.metric_sums, self.metric_count, self.action_sums = {}, 0, None  # what log_progress averages
+        return loop
+
+    def state(self) -> tuple:
+        """(this rank's checkpoint, the shared state); rank 0's checkpoint holds both; the shared state alone is what
+        --save-model writes."""
+        args, device = self.args, self.device
+        loop = {field.name: getattr(self.loop, field.name) for field in fields(self.loop)}
+        rank_state = dict(
+            **loop,
+            replay=self.rb.state_dict(args.checkpoint_buffer),
+            rng=dict(
+                python=random.getstate(),
+                numpy=np.random.get_state(),
+                torch=torch.get_rng_state(),
+                cuda=torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+                action_space=self.envs.action_space.np_random.bit_generator.state,
+            ),
+        )
+        shared = dict(
+            script=os.path.basename(__file__),
+            args=asdict(args),
+            run_name=self.run_name,
+            world_size=args.world_size,
+            **{key: obj.state_dict() for key, obj in self.objects.items()},
+            **{key: value for key, value in loop.items() if isinstance(value, (int, float))},  # the counters
+            wandb_id=None,
+        )
+        if args.track and args.rank == 0:
+            import wandb
+
+            shared["wandb_id"] = wandb.run.id
+        return (dict(shared, **rank_state) if args.rank == 0 else dict(script=shared["script"], **rank_state)), shared
+
+    def check_finite(self):
+        """Stop with one line if a gradient step since the last check had a non-finite loss or gradient norm."""
+        self.nonfinite.check(self.last_checkpoint, self.checkpoint_path, self.args.precision)
+
+    def save(self, loop: "Loop"):
+        """Write this rank's checkpoint atomically; never one from after a non-finite loss."""
+        self.loop = loop
+        self.check_finite()
+        save_checkpoint(self.checkpoint_path, self.state()[0])
+        self.last_checkpoint = loop.global_step
+
+    def save_before_first_update(self, loop: "Loop"):
+        """A checkpoint from before the first gradient step, should training blow up early (the first round only)."""
+        if self.last_checkpoint is None:
+            self.save(loop)
+
+    def note_train(self, metrics: dict, checks: dict, policy_step: int):
+        """After each gradient step, on device tensors only (no wait): remember a non-finite loss or gradient norm, and
+        add the step's metrics to the sums that log_progress averages over the logging interval."""
+        self.nonfinite.note(checks, policy_step, self.args.world_size)
+        if self.args.rank == 0:
+            for key, value in metrics.items():
+                value = value.detach().float()
+                self.metric_sums[key] = self.metric_sums[key] + value if key in self.metric_sums else value
+            self.metric_count += 1
+
+    def note_actions(self, action: torch.Tensor):
+        """Each policy step's actions as the envs get them ([N, A]: one-hot or continuous), summed on the device for the
+        actions/ statistics of log_progress."""
+        if self.args.rank == 0:
+            action = action.detach().float()
+            sums = torch.stack([action.sum(0), action.square().sum(0), action.abs().sum(0)])  # [3, A]
+            count = torch.full_like(sums[:1], action.shape[0])
+            self.action_sums = torch.cat([sums, count]) + (self.action_sums if self.action_sums is not None else 0)
+
+    def add_training_time(self, seconds: float):
+        """The time of a round of gradient steps: the ETA counts the gradient steps still to come at their own cost."""
+        self.train_seconds += seconds
+
+    def checkpoint_due(self, global_step: int) -> bool:
+        """Every --checkpoint-every policy steps (0: only at the end and on a stop)."""
+        args = self.args
+        return bool(args.checkpoint_every) and global_step % args.checkpoint_every < args.num_envs * args.world_size
+
+    def stop_requested(self, global_step: int) -> bool:
+        """True on every rank if any rank got SIGINT / SIGTERM: a stop must happen on every rank at the same step. Under
+        torchrun the ranks compare their flags every 16th iteration of the loop (the same iterations on every rank, as
+        the policy step grows alike), on the CPU, so that the loop does not wait for the slowest rank's env every time."""
+        stop, args = bool(self.stop_signal), self.args
+        if args.world_size > 1:
+            if (global_step // (args.num_envs * args.world_size)) % 16:
+                return False
+            flag = torch.tensor([float(stop)])
+            dist.all_reduce(flag, group=self.cpu_group)
+            stop = bool(flag.item() > 0)
+        self.stopped = stop
+        return stop
+
+    def log_due(self, global_step: int) -> bool:
+        """Rank 0 logs every --log-every policy steps and at the last one."""
+        args = self.args
+        every = global_step % args.log_every < args.num_envs * args.world_size or global_step >= args.total_timesteps
+        return args.rank == 0 and every
+
+    def log_progress(self, loop: "Loop", episode_returns: list):
+        """Rank 0, when `log_due`: TensorBoard's charts/, the training metrics averaged over the gradient steps since the
+        last log, and the actions' statistics since then (actions/); and the progress line with its ETA, which once
+        training has started also comes every 30 s of wall-clock (hours can pass between two logs on a small CPU)."""
+        args, writer, now = self.args, self.writer, time.time()
+        due = self.log_due(loop.global_step)
+        if args.rank != 0 or not (due or loop.gradient_steps > self.start_gradient_steps and now - self.last_progress >= 30):
+            return
+        sps = (loop.global_step - self.start_step) / (now - self.start_time)
+        if due:
+            writer.add_scalar("charts/SPS", sps, loop.global_step)
+            if loop.train_policy_steps:
+                writer.add_scalar("charts/replay_ratio", loop.gradient_steps / loop.train_policy_steps, loop.global_step)
+                writer.add_scalar("charts/gradient_steps", loop.gradient_steps, loop.global_step)
+            self.upload_videos()
+            if self.metric_count:  # the one wait for the device per log
+                values = (torch.stack(list(self.metric_sums.values())) / self.metric_count).cpu().tolist()
+                for key, value in zip(self.metric_sums, values):
+                    writer.add_scalar(key, value, loop.global_step)
+            if self.action_sums is not None:  # [4, A]: sums of the actions, their squares, their absolute values; count
+                total, square, absolute, count = self.action_sums.cpu().double()
+                mean = total / count
+                if isinstance(self.envs.single_action_space, gym.spaces.Discrete):  # one-hot: each action's share
+                    # the clamp: an action never taken adds 0 log 0 = 0 to the entropy, not 0 x -inf = nan
+                    stats = {"entropy": -(mean * mean.clamp(min=1e-12).log()).sum(), "top_share": mean.max()}
+                else:  # continuous: each dimension's mean, standard deviation and mean absolute value, averaged
+                    std = (square / count - mean.square()).clamp(min=0).sqrt()
+                    stats = {"mean": mean.mean(), "std": std.mean(), "abs_mean": (absolute / count).mean()}
+                for key, value in stats.items():
+                    writer.add_scalar(f"actions/{key}", float(value), loop.global_step)
+            self.metric_sums, self.metric_count, self.action_sums = {}, 0, None
+        self.last_progress = now
+        # ETA: the policy steps left at their measured cost, plus the gradient steps left at theirs
+        done_gradient_steps = loop.gradient_steps - self.start_gradient_steps
+        if args.replay_ratio and not done_gradient_steps:
+            eta = "starts with training"
+        else:
+            seconds_per_step = (now - self.start_time - self.train_seconds) / (loop.global_step - self.start_step)
+            left = args.replay_ratio * (args.total_timesteps - max(loop.global_step, args.learning_starts))
+            left_seconds = left * self.train_seconds / done_gradient_steps if done_gradient_steps else 0.0
+            eta = datetime.timedelta(seconds=int((args.total_timesteps - loop.global_step) * seconds_per_step + left_seconds))
+        recent = f" | return {np.mean(episode_returns[-10:]):.1f}" if episode_returns else ""
+        print(
+            f"step {loop.global_step}/{args.total_timesteps} ({100 * loop.global_step / args.total_timesteps:.0f}%) | SPS "
+            f"{sps:.1f} | gradient steps {loop.gradient_steps} | replay ratio "
+            f"{loop.gradient_steps / max(loop.train_policy_steps, 1):.3f} | ETA {eta}{recent}",
+            flush=True,
+        )
+
+    def log_eval(self, global_step: int, eval_returns: list):
+        self.writer.add_scalar("eval/episodic_return", np.mean(eval_returns), global_step)
+        print(
+            f"eval at step {global_step}: mean return {np.mean(eval_returns):.2f} over {len(eval_returns)} episodes",
+            flush=True,
+        )
+
+    def finish(self):
+        """After the loop: say how to resume a stopped run, --save-model, check that all ranks hold the same weights,
+        close the envs and loggers, and leave torchrun's process group together."""
+        args = self.args
+        if self.stopped and args.rank == 0:
+            launcher = f"torchrun --standalone --nproc_per_node {args.world_size}" if args.world_size > 1 else "python"
+            print(
+                f"stopped by signal at policy step {self.loop.global_step}; checkpoint written to "
+                f"{self.checkpoint_path}\nresume with: {launcher} {os.path.basename(__file__)} --resume "
+                f"{self.checkpoint_path} (plus the same flags)"
+            )
+        if args.save_model and args.rank == 0:
+            model_path = f"{self.run_dir}/{args.exp_name}.cleanrl_model"
+            torch.save(self.state()[1], model_path)
+            print(f"model saved to {model_path}")
+        if args.world_size > 1:  # data parallel must leave the same weights on every rank: compare float64 checksums
+            params = [p for m in self.objects.values() if isinstance(m, nn.Module) for p in m.parameters()]
+            checksum = torch.stack([torch.stack([p.double().sum(), p.double().square().sum()]) for p in params]).flatten()
+            checksums = [torch.empty_like(checksum) for _ in range(args.world_size)]
+            dist.all_gather(checksums, checksum)
+            if args.rank == 0:
+                if not all(torch.equal(c, checksums[0]) for c in checksums):
+                    fail(f"the weights differ across the {args.world_size} ranks after training (a data-parallel bug)")
+                print(f"weights identical on all {args.world_size} ranks")
+        self.envs.close()  # finishes the last video
+        if args.rank == 0:
+            self.upload_videos()
+            self.writer.close()
+        if dist.is_initialized():
+            dist.barrier()  # leave together: a rank that exits while another still tears down gloo can abort it
+            dist.destroy_process_group()
+
+
 # ALGO LOGIC: helpers
 def transform_reward(reward: torch.Tensor, kind: str) -> torch.Tensor:
     """The reward head learns r itself on DMC (the paper's `clip_rewards: identity`); tanh and sign are for experiments."""
@@ -491,6 +968,7 @@ def scan_steps(step, carry: dict, xs: tuple, chunk: int = 8) -> tuple:
 
     if not torch.compiler.is_compiling():
         return unroll(carry, xs)
+    from torch._higher_order_ops.scan import scan  # private torch API, needed only under --compile: imported here
 
     def unroll_chunk(carry: dict, xs: tuple) -> tuple:
         carry, ys = unroll(carry, xs)
@@ -520,6 +998,7 @@ class TruncNormal:
         self.mean, self.std, self.low, self.high, self.clip = mean.float(), std.float(), low, high, clip
         self.alpha, self.beta = (low - self.mean) / self.std, (high - self.mean) / self.std
         self.cdf_alpha = torch.special.ndtr(self.alpha)
+        # Z > 0, so that log Z and 1 / Z stay finite where the mean lies so far outside [low, high] that Z rounds to 0
         self.Z = (torch.special.ndtr(self.beta) - self.cdf_alpha).clamp(min=1e-12)
 
     def sample(self) -> torch.Tensor:
@@ -715,7 +1194,7 @@ class Encoder(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         lead = obs.shape[:-3]  # [T, B] or [B]
-        x = obs.reshape(-1, *obs.shape[-3:]).float() / 255.0 - 0.5
+        x = obs.reshape(-1, *obs.shape[-3:]).float() / 255.0 - 0.5  # pixels centred on 0, as in the paper's code
         x = self.net(x.contiguous(memory_format=torch.channels_last))
         return x.reshape(*lead, -1)  # [..., embed]
 
@@ -744,7 +1223,7 @@ class Decoder(nn.Module):
         first = self.net[0]
         x = (x @ first.weight.flatten(1)).view(-1, *first.weight.shape[1:]) + first.bias[:, None, None]  # [N, 4 depth, 5, 5]
         x = self.net[1:](x.contiguous(memory_format=torch.channels_last))
-        return (x + 0.5).reshape(*lead, *x.shape[1:])  # [..., C, 64, 64], pixels in [0, 1]
+        return (x + 0.5).reshape(*lead, *x.shape[1:])  # [..., C, 64, 64], pixels in [0, 1]: the encoder's centring undone
 
 
 class RSSM(nn.Module):
@@ -774,7 +1253,7 @@ class RSSM(nn.Module):
         self.deter_size, self.stoch_size, self.classes = deter_size, stoch_size, classes
         self.img_in = dense(stoch_size * classes + action_size, hidden_size)
         self.gru = nn.Linear(hidden_size + deter_size, 3 * deter_size)
-        self.gru_norm = nn.LayerNorm(3 * deter_size, eps=1e-3)
+        self.gru_norm = nn.LayerNorm(3 * deter_size, eps=1e-3)  # epsilon 1e-3: Keras's default, which the paper's code has
         self.img_out = dense(deter_size, hidden_size)
         self.img_logits = nn.Linear(hidden_size, stoch_size * classes)
         self.obs_out = dense(deter_size + embed_size, hidden_size)
@@ -933,7 +1412,7 @@ def world_model_loss(wm: WorldModel, batch: dict, carry: tuple, scales: dict, ar
     return loss, {k: v.mean() for k, v in losses.items()}, post, new_carry, metrics
 
 
-def imagine(wm: WorldModel, actor: Actor, start: dict, horizon: int):
+def imagine_with_actor(wm: WorldModel, actor: Actor, start: dict, horizon: int):
     """Roll the prior forward `horizon` steps from every start state [N, ...], acting with the actor.
 
         s_0 --a_0--> s_1 --a_1--> ... --a_{H-1}--> s_H,   a_t ~ pi(. | sg(s_t)), a reparameterised truncated normal sample
@@ -979,7 +1458,7 @@ def actor_critic_loss(wm, critic, target_critic, feats, actions, policy, first_d
     weight = torch.cumprod(torch.cat([torch.ones_like(discount[:1]), discount[:-1]], 0), 0)  # [H, N]
     target_value = target_critic(feats)  # [H+1, N]
     returns = lambda_returns(reward, target_value, discount, args.lmbda)  # [H, N]
-    policy = TruncNormal(policy[0][:-1], policy[1][:-1])  # [H-1, N, A]: the actor's, from imagine
+    policy = TruncNormal(policy[0][:-1], policy[1][:-1])  # [H-1, N, A]: the actor's, from imagine_with_actor
     entropy = policy.entropy()  # [H-1, N]
     actor_loss = (-(returns[1:] + args.actor_entropy * entropy) * weight[:-1]).mean()
     value = critic(feats[:-1].detach())  # [H, N]
@@ -999,23 +1478,24 @@ def behaviour_losses(wm, actor, critic, target_critic, post: dict, batch: dict, 
     """Imagine from every posterior state of the batch, then the actor and critic losses (one function: --compile
     compiles it whole)."""
     start = {k: v.detach().flatten(0, 1) for k, v in post.items()}  # [T * B, ...]
-    feats, imagined_actions, policy = imagine(wm, actor, start, args.imagination_horizon)
+    feats, imagined_actions, policy = imagine_with_actor(wm, actor, start, args.imagination_horizon)
     first_discount = args.gamma * (1.0 - batch["is_terminal"].float().flatten(0, 1))
     return actor_critic_loss(wm, critic, target_critic, feats, imagined_actions, policy, first_discount, args)
 
 
-def compile_gradient_step(device: torch.device):
+def compile_loss_fns(device: torch.device) -> tuple:
     """--compile: torch.compile the gradient step's two halves whole, each with its backward pass: the world model loss
     (encoder, the observe loop as a chunked scan, decoder, heads) and the behaviour losses (imagination, actor, critic).
     No graph break is allowed (fullgraph). The optimizer steps stay eager, between them: the world model is updated
     before imagination, as in the paper's code. On CUDA also CUDA graphs ("reduce-overhead"): each half replays as one
-    launch, so the step is not bound by thousands of kernel launches."""
-    global world_model_loss, behaviour_losses
+    launch, so the step is not bound by thousands of kernel launches. Returns the compiled pair, which the main block
+    passes to train_step as its `loss_fns`; the module's own two functions stay eager, so a second call wraps nothing
+    twice."""
     mode = "reduce-overhead" if device.type == "cuda" else None
-    world_model_loss = torch.compile(world_model_loss, fullgraph=True, mode=mode)
-    behaviour_losses = torch.compile(behaviour_losses, fullgraph=True, mode=mode)
+    loss_fns = tuple(torch.compile(fn, fullgraph=True, mode=mode) for fn in (world_model_loss, behaviour_losses))
     if device.type == "cuda":  # a replayed graph overwrites its outputs: copy out what outlives the step (carry, metrics)
-        world_model_loss, behaviour_losses = copy_outputs(world_model_loss), copy_outputs(behaviour_losses)
+        loss_fns = tuple(copy_outputs(fn) for fn in loss_fns)
+    return loss_fns
 
 
 def copy_outputs(function):
@@ -1075,17 +1555,20 @@ class DeviceBatch:
 
 
 def train_step(wm, actor, critic, target_critic, model_opt, actor_opt, critic_opt, batch: dict, carry: tuple,
-               loss_scales: dict, args: Args, autocast, updates: int) -> tuple:  # fmt: skip
+               loss_scales: dict, args: Args, autocast, updates: int,
+               loss_fns: tuple = (world_model_loss, behaviour_losses)) -> tuple:  # fmt: skip
     """One gradient step: the world model on the batch, then the actor and critic on imagined trajectories that start
-    from every posterior state of it, then the target critic (`updates`: the updates before this one). Returns the TBPTT
-    carry for the next batch, the metrics to log and the values whose finiteness the loop checks (device tensors all:
-    nothing here waits for the device)."""
+    from every posterior state of it, then the target critic (`updates`: the updates before this one). `loss_fns`: the
+    functions that compute the losses (--compile passes compiled copies, compile_loss_fns). Returns the TBPTT carry for
+    the next batch, the metrics to log and the values whose finiteness the loop checks (device tensors all: nothing here
+    waits for the device)."""
+    world_model_loss_fn, behaviour_losses_fn = loss_fns  # the eager world_model_loss and behaviour_losses, or compiled copies
     with autocast:
-        wm_loss, losses, post, next_carry, wm_metrics = world_model_loss(wm, batch, carry, loss_scales, args)
+        wm_loss, losses, post, next_carry, wm_metrics = world_model_loss_fn(wm, batch, carry, loss_scales, args)
     model_grad_norm = backward_and_clip(wm_loss, list(wm.parameters()), args.model_grad_clip)
     model_opt.step()
     with autocast:
-        actor_loss, critic_loss, ac_metrics = behaviour_losses(wm, actor, critic, target_critic, post, batch, args)
+        actor_loss, critic_loss, ac_metrics = behaviour_losses_fn(wm, actor, critic, target_critic, post, batch, args)
     # one pass (compiled, both losses are one graph): their parameters are disjoint (the critic learns on detached
     # states, the actor's returns use the target critic), so each gets its own loss's gradient, and the world model,
     # which the actor's gradient passes through, gets none
@@ -1179,483 +1662,6 @@ class Loop:
     carry: tuple = ()  # (posterior state, action) where this rank's replay rows go on (TBPTT)
 
 
-# TRY NOT TO MODIFY: run plumbing. The same text in every script (tests/test_plumbing.py compares them): checks of
-# flags and checkpoints, torchrun, run directory and loggers, checkpoints, the stop on a signal, the progress line,
-# --eval-model and the end-of-run checks. A variant of the algorithm leaves it alone (docs: Forking a script).
-def save_checkpoint(path: str, payload: dict):
-    """Write atomically: a temp file, fsync, then rename over the old checkpoint, so a kill never leaves a broken one."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
-        torch.save(payload, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def load_checkpoint(path: str, flag: str = "--resume") -> dict:
-    """A checkpoint for --resume; a checkpoint or a saved model (--save-model) for --eval-model."""
-    wanted = "runs/<run_name>/checkpoint.pt" if flag == "--resume" else "runs/<run_name>/<exp_name>.cleanrl_model"
-    if not os.path.isfile(path):
-        fail(f"{flag} {path}: no such file (pass the {wanted} of an earlier run)")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
-    except Exception:
-        fail(f"{flag} {path}: the file is truncated or corrupt; pass an intact {wanted}")
-    if not isinstance(checkpoint, dict) or checkpoint.get("script") != os.path.basename(__file__):
-        owner = checkpoint.get("script", "something else") if isinstance(checkpoint, dict) else "something else"
-        fail(f"{flag} {path}: this file belongs to {owner}, not {os.path.basename(__file__)}")
-    if flag == "--resume" and "replay" not in checkpoint:
-        fail(f"--resume {path}: this is a saved model (--save-model), not a checkpoint; pass runs/<run_name>/checkpoint.pt")
-    return checkpoint
-
-
-def move_to(value, device: torch.device):
-    """A checkpoint's value with every tensor in it (nested in dicts, tuples and lists) moved to `device`."""
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, dict):
-        return {k: move_to(v, device) for k, v in value.items()}
-    if isinstance(value, (tuple, list)):
-        return type(value)(move_to(v, device) for v in value)
-    return value
-
-
-class NonFinite:
-    """Remembers, without waiting for the device, the first gradient step whose losses or gradient norms were not finite:
-    `note` runs inside the training loop on device tensors only; `check`, which the loop calls once after each round of
-    gradient steps (and before a checkpoint), reads that memory and stops the run with one line naming the loss."""
-
-    def __init__(self, gradient_steps: int, device: torch.device):
-        self.count = torch.full((), gradient_steps, dtype=torch.long, device=device)  # this gradient step's number
-        self.first = torch.full((3,), -1, dtype=torch.long, device=device)  # gradient step, policy step, check index
-        self.names = []
-
-    def note(self, checks: dict, policy_step: int, world_size: int):
-        self.names = list(checks)
-        finite = torch.isfinite(torch.stack([v.detach().float() for v in checks.values()]))
-        new = torch.stack([self.count, torch.full_like(self.count, policy_step), (~finite).long().argmax()])
-        self.first = torch.where((self.first[0] < 0) & ~finite.all(), new, self.first)
-        self.count += world_size
-
-    def check(self, last_checkpoint, checkpoint_path: str, precision: str):
-        gradient_step, policy_step, index = self.first.tolist()
-        if gradient_step >= 0:  # stop; the last checkpoint written is from before the blow-up
-            last = f"the last checkpoint, from policy step {last_checkpoint}, is {checkpoint_path}"
-            fail(
-                f"the {self.names[index]} became non-finite at gradient step {gradient_step} (policy step {policy_step}); "
-                + (last if last_checkpoint is not None else "no checkpoint was written before it")
-                + "; lower the learning rates"
-                + (" or use --precision 32" if precision == "bf16" else "")
-            )
-
-
-def set_malloc_for_speed():
-    """Keep glibc from returning freed activation memory to the OS after every step (docs: Speed)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-1, 2**30)  # M_TRIM_THRESHOLD
-        libc.mallopt(-4, 0)  # M_MMAP_MAX
-    except (OSError, AttributeError):
-        pass
-
-
-def native_bf16(device: torch.device) -> bool:
-    """Whether `device` runs bf16 matrix products in hardware: a CUDA GPU of compute capability 8.0 or later (Ampere),
-    a CPU with AVX512-BF16 or AMX, as torch detects them. Elsewhere bf16 is emulated: a DreamerV2 gradient step took
-    99.7 s instead of 9.3 s in fp32 on an AVX2-only CPU (docs: Speed)."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_capability(device) >= (8, 0)
-    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-
-
-def choose_precision(args: Args, device: torch.device) -> str:
-    """Turn --precision auto into bf16 where `device` runs it natively and 32 elsewhere; warn when an explicit bf16 will
-    be emulated. Returns the note that the start-up line prints after the precision."""
-    native = native_bf16(device)
-    where = f"this GPU ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "this CPU"
-    if args.precision == "auto":
-        args.precision = "bf16" if native else "32"
-        return f" (auto: {where} {'runs bf16 natively' if native else 'has no native bf16'})"
-    if args.precision == "bf16" and not native:
-        if args.rank == 0:
-            isa = "" if device.type == "cuda" else f" (torch reports {torch.backends.cpu.get_cpu_capability()})"
-            print(
-                f"warning: --precision bf16 on {where}{isa}, which has no native bf16: it is emulated, and a gradient step is"
-                " likely 10-30x slower than in fp32; use --precision auto or 32",
-                file=sys.stderr,
-            )
-        return f" (emulated: {where} has no native bf16)"
-    return f" (native on {where})" if args.precision == "bf16" else ""
-
-
-class Run:
-    """One training run around the algorithm. `Run(args)` checks the flags and a checkpoint to resume, starts torchrun's
-    process group, creates the run directory, TensorBoard writer and wandb run: all that can fail before the first env
-    step. The main block then registers the modules, optimizers and replay-ratio schedule once (`register`) and gets the
-    loop's state (the script's `Loop`) from `start`; checkpoints, the parameter count, the rank-0 weight broadcast and
-    the end-of-run checksums all read that one registry. The main block calls its methods and reads `device`, `writer`,
-    `saved`, `checkpoint` and `run_name`; everything else in it is its own."""
-
-    def __init__(self, args: Args):
-        args.world_size, args.rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
-        self.args, self.saved, self.checkpoint, self.rank_checkpoint = args, None, None, None
-        if args.eval_model:  # watch a saved agent with the network and env flags it was trained with
-            if args.resume or args.world_size > 1:
-                fail("--eval-model watches a saved agent in one process: run it with python and without --resume")
-            if not args.eval_episodes:
-                fail("--eval-model plays --eval-episodes episodes: pass a positive number")
-            self.saved = load_checkpoint(args.eval_model, "--eval-model")
-            for key, value in self.saved["args"].items():
-                if key not in EVAL_FLAGS:
-                    setattr(args, key, value)
-        check_args(args)
-        if args.resume:
-            self.checkpoint = checkpoint = load_checkpoint(args.resume)
-            # a flag added after the checkpoint was written (a fork's new flag): that run had the flag's default
-            predates, defaults = [k for k in RESUME_FLAGS if k not in checkpoint["args"]], vars(Args())
-            trained = {k: checkpoint["args"][k] if k in checkpoint["args"] else defaults[k] for k in RESUME_FLAGS}
-            mismatch = [k for k in RESUME_FLAGS if trained[k] != getattr(args, k)]
-            if mismatch:
-                fail(
-                    f"--resume {args.resume}: the checkpoint was trained with "
-                    + ", ".join(
-                        f"--{k.replace('_', '-')} {trained[k]}"
-                        + (" (its default: the checkpoint predates the flag)" if k in predates else "")
-                        for k in mismatch
-                    )
-                    + f" (this run has {', '.join(str(getattr(args, k)) for k in mismatch)}); pass the same values"
-                )
-            if predates and args.rank == 0:
-                print(f"--resume: the checkpoint predates {', '.join('--' + k.replace('_', '-') for k in predates)}; it "
-                      f"resumes with the default {', '.join(str(defaults[k]) for k in predates)}")  # fmt: skip
-            if checkpoint["world_size"] != args.world_size:
-                fail(f"--resume {args.resume}: the run used {checkpoint['world_size']} processes; resume with the same number")
-            rank_path = os.path.join(os.path.dirname(args.resume), f"checkpoint.rank{args.rank}.pt")
-            self.rank_checkpoint = checkpoint if args.rank == 0 else load_checkpoint(rank_path)
-            if self.rank_checkpoint["global_step"] != checkpoint["global_step"]:
-                fail(
-                    f"--resume: {rank_path} is from policy step {self.rank_checkpoint['global_step']}, {args.resume} from "
-                    f"{checkpoint['global_step']}; the checkpoints of all ranks must come from the same step"
-                )
-        check_env(args)
-        if "--cuda" in sys.argv[1:] and not torch.cuda.is_available():  # the default --cuda falls back silently
-            print("warning: --cuda is set but CUDA is not available; running on the CPU", file=sys.stderr)
-        local_rank = int(os.environ.get("LOCAL_RANK", 0))
-        if torch.cuda.is_available() and args.cuda and local_rank >= torch.cuda.device_count():
-            fail(f"torchrun started more processes on this machine than it has GPUs ({torch.cuda.device_count()}): pass "
-                 f"--nproc_per_node {torch.cuda.device_count()} or fewer, or --no-cuda to train on the CPU")  # fmt: skip
-        self.device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() and args.cuda else "cpu")
-        self.precision_note = choose_precision(args, self.device)
-        if args.world_size > 1:
-            # a long timeout: the other ranks wait while rank 0 evaluates
-            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo", timeout=datetime.timedelta(hours=3))
-            if self.device.type == "cuda":
-                torch.cuda.set_device(self.device)
-        # the stop on a signal compares the ranks' flags on the CPU: no wait for the device
-        self.cpu_group = dist.new_group(backend="gloo") if args.world_size > 1 and self.device.type == "cuda" else None
-        set_malloc_for_speed()
-        run_name = f"{args.env_id}__{args.exp_name}{'-eval' if self.saved else ''}__{args.seed}__{int(time.time())}"
-        run_name = run_name.replace("/", "_")
-        if self.checkpoint is not None:
-            run_name = self.checkpoint["run_name"]
-        elif args.world_size > 1:  # every rank writes into rank 0's run directory
-            names = [run_name]
-            dist.broadcast_object_list(names, 0)
-            run_name = names[0]
-        self.run_name, self.run_dir, self.writer = run_name, f"runs/{run_name}", None
-        if self.checkpoint is None and args.rank == 0 and os.path.exists(self.run_dir):
-            fail(f"{self.run_dir} already exists; pick another --exp-name or --seed (or --resume its checkpoint)")
-        if args.rank == 0:  # only rank 0 creates run_dir: other ranks write into it after the weight broadcast
-            os.makedirs(self.run_dir, exist_ok=True)
-            if args.track:
-                import wandb
-
-                wandb.init(
-                    project=args.wandb_project_name,
-                    entity=args.wandb_entity,
-                    sync_tensorboard=True,
-                    config=vars(args),
-                    name=run_name,
-                    monitor_gym=False,  # wandb's gym hook breaks gymnasium 1.x's RecordVideo: upload_videos() sends them
-                    save_code=True,
-                    id=self.checkpoint.get("wandb_id") if self.checkpoint else None,
-                    resume="allow",
-                )
-            # a resumed run hides what the log holds after its checkpoint's step (a checkpoint is written after all that
-            # is logged at its step): a killed run's steps after its last checkpoint are done again, not shown twice
-            purge_step = self.checkpoint["global_step"] + 1 if self.checkpoint is not None else None
-            self.writer = SummaryWriter(self.run_dir, purge_step=purge_step)
-            self.writer.add_text(
-                "hyperparameters",
-                "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
-            )
-        rank_file = "checkpoint.pt" if args.rank == 0 else f"checkpoint.rank{args.rank}.pt"
-        self.checkpoint_path, self.uploaded_videos, self.objects = f"{self.run_dir}/{rank_file}", set(), {}
-
-    def upload_videos(self):
-        """With --track --capture-video, send each finished episode video in videos/{run_name} to wandb once."""
-        if self.args.track and self.args.capture_video:
-            import wandb
-
-            for path in sorted(set(glob.glob(f"videos/{self.run_name}/*.mp4")) - self.uploaded_videos):
-                wandb.log({"videos": wandb.Video(path, format="mp4")})
-                self.uploaded_videos.add(path)
-
-    def finish_eval_model(self, eval_returns: list, envs):
-        """--eval-model: log each episode's return, print their mean, close everything and exit."""
-        for episode, episode_return in enumerate(eval_returns):
-            self.writer.add_scalar("eval/episodic_return", episode_return, episode)
-        print(
-            f"eval of {self.args.eval_model} (policy step {self.saved['global_step']}) on {self.args.env_id}: mean return "
-            f"{np.mean(eval_returns):.2f} +- {np.std(eval_returns):.2f} over {len(eval_returns)} episodes",
-            flush=True,
-        )
-        envs.close()
-        self.upload_videos()
-        self.writer.close()
-        sys.exit(0)
-
-    def register(self, **objects):
-        """The modules, optimizers and replay-ratio schedule that a checkpoint holds, under their checkpoint keys (the
-        world model as `wm`). Every rank starts from rank 0's weights; rank 0 prints the sizes of the trained modules;
-        --resume restores every object's state."""
-        args, self.objects = self.args, objects
-        modules = {key: obj for key, obj in objects.items() if isinstance(obj, nn.Module)}
-        if args.world_size > 1:  # every rank starts from rank 0's weights
-            for module in modules.values():
-                for tensor in list(module.parameters()) + list(module.buffers()):
-                    dist.broadcast(tensor.data, 0)
-        n_params = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
-        parts = dict(modules["wm"].named_children())  # the world model's parts, then the other trained modules
-        parts.update({k: m for k, m in modules.items() if k != "wm" and any(p.requires_grad for p in m.parameters())})
-        if args.rank == 0:
-            print(
-                f"{describe_model(args)}: "
-                + ", ".join(f"{k} {n_params(m) / 1e6:.2f}M" for k, m in parts.items())
-                + f"; total {sum(n_params(m) for m in parts.values()) / 1e6:.2f}M parameters"
-            )
-            print(
-                f"replay ratio {args.replay_ratio:g} (gradient steps per policy step, global) | world size {args.world_size}"
-                f" | batch {args.batch_size} x {args.batch_length} per rank, {args.batch_size * args.world_size} x "
-                f"{args.batch_length} global | Hafner train ratio {args.replay_ratio * args.batch_size * args.batch_length:g}"
-                f" (replayed steps per policy step) | device {self.device}, precision {args.precision}{self.precision_note}"
-            )
-        if self.checkpoint is not None:
-            for key, obj in objects.items():
-                obj.load_state_dict(self.checkpoint[key])
-
-    def start(self, rb, envs, loop: Loop) -> Loop:
-        """The loop's state: --resume's, or `loop` as the main block made it for a fresh run. A field that the checkpoint
-        lacks (a counter added after it was written) keeps that starting value. Also restores this rank's replay and
-        random generators, installs the stop on SIGINT / SIGTERM, and starts the clocks of the progress line."""
-        device, checkpoint, rank_checkpoint = self.device, self.checkpoint, self.rank_checkpoint
-        self.rb, self.envs, self.loop, self.last_checkpoint = rb, envs, loop, None
-        if checkpoint is not None:
-            for field in fields(loop):  # this rank's file; the counters of rank 0's file where an older rank file lacks them
-                saved = rank_checkpoint.get(field.name, checkpoint.get(field.name, getattr(loop, field.name)))
-                setattr(loop, field.name, move_to(saved, device))
-            self.last_checkpoint = checkpoint["global_step"]
-            rb.load_state_dict(rank_checkpoint["replay"])
-            random.setstate(rank_checkpoint["rng"]["python"])
-            np.random.set_state(rank_checkpoint["rng"]["numpy"])
-            torch.set_rng_state(rank_checkpoint["rng"]["torch"].cpu())
-            if device.type == "cuda" and rank_checkpoint["rng"]["cuda"] is not None:
-                torch.cuda.set_rng_state(rank_checkpoint["rng"]["cuda"].cpu())
-            envs.action_space.np_random.bit_generator.state = rank_checkpoint["rng"]["action_space"]
-            print(f"resumed {self.run_name} at policy step {checkpoint['global_step']}, {checkpoint['gradient_steps']} "
-                  "gradient steps")  # fmt: skip
-        self.nonfinite = NonFinite(loop.gradient_steps, device)
-        self.stop_signal, self.stopped = [], False
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda signum, frame: self.stop_signal.append(signum))
-        self.start_time, self.train_seconds = time.time(), 0.0  # train_seconds: the time of the rounds of gradient steps
-        self.start_step, self.start_gradient_steps, self.last_progress = loop.global_step, loop.gradient_steps, time.time()
-        self.metric_sums, self.metric_count, self.action_sums = {}, 0, None  # what log_progress averages
-        return loop
-
-    def state(self) -> tuple:
-        """(this rank's checkpoint, the shared state); rank 0's checkpoint holds both; the shared state alone is what
-        --save-model writes."""
-        args, device = self.args, self.device
-        loop = {field.name: getattr(self.loop, field.name) for field in fields(self.loop)}
-        rank_state = dict(
-            **loop,
-            replay=self.rb.state_dict(args.checkpoint_buffer),
-            rng=dict(
-                python=random.getstate(),
-                numpy=np.random.get_state(),
-                torch=torch.get_rng_state(),
-                cuda=torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-                action_space=self.envs.action_space.np_random.bit_generator.state,
-            ),
-        )
-        shared = dict(
-            script=os.path.basename(__file__),
-            args=asdict(args),
-            run_name=self.run_name,
-            world_size=args.world_size,
-            **{key: obj.state_dict() for key, obj in self.objects.items()},
-            **{key: value for key, value in loop.items() if isinstance(value, (int, float))},  # the counters
-            wandb_id=None,
-        )
-        if args.track and args.rank == 0:
-            import wandb
-
-            shared["wandb_id"] = wandb.run.id
-        return (dict(shared, **rank_state) if args.rank == 0 else dict(script=shared["script"], **rank_state)), shared
-
-    def check_finite(self):
-        """Stop with one line if a gradient step since the last check had a non-finite loss or gradient norm."""
-        self.nonfinite.check(self.last_checkpoint, self.checkpoint_path, self.args.precision)
-
-    def save(self, loop: Loop):
-        """Write this rank's checkpoint atomically; never one from after a non-finite loss."""
-        self.loop = loop
-        self.check_finite()
-        save_checkpoint(self.checkpoint_path, self.state()[0])
-        self.last_checkpoint = loop.global_step
-
-    def save_before_first_update(self, loop: Loop):
-        """A checkpoint from before the first gradient step, should training blow up early (the first round only)."""
-        if self.last_checkpoint is None:
-            self.save(loop)
-
-    def note_train(self, metrics: dict, checks: dict, policy_step: int):
-        """After each gradient step, on device tensors only (no wait): remember a non-finite loss or gradient norm, and
-        add the step's metrics to the sums that log_progress averages over the logging interval."""
-        self.nonfinite.note(checks, policy_step, self.args.world_size)
-        if self.args.rank == 0:
-            for key, value in metrics.items():
-                value = value.detach().float()
-                self.metric_sums[key] = self.metric_sums[key] + value if key in self.metric_sums else value
-            self.metric_count += 1
-
-    def note_actions(self, action: torch.Tensor):
-        """Each policy step's actions as the envs get them ([N, A]: one-hot or continuous), summed on the device for the
-        actions/ statistics of log_progress."""
-        if self.args.rank == 0:
-            action = action.detach().float()
-            sums = torch.stack([action.sum(0), action.square().sum(0), action.abs().sum(0)])  # [3, A]
-            count = torch.full_like(sums[:1], action.shape[0])
-            self.action_sums = torch.cat([sums, count]) + (self.action_sums if self.action_sums is not None else 0)
-
-    def add_training_time(self, seconds: float):
-        """The time of a round of gradient steps: the ETA counts the gradient steps still to come at their own cost."""
-        self.train_seconds += seconds
-
-    def checkpoint_due(self, global_step: int) -> bool:
-        """Every --checkpoint-every policy steps (0: only at the end and on a stop)."""
-        args = self.args
-        return bool(args.checkpoint_every) and global_step % args.checkpoint_every < args.num_envs * args.world_size
-
-    def stop_requested(self, global_step: int) -> bool:
-        """True on every rank if any rank got SIGINT / SIGTERM: a stop must happen on every rank at the same step. Under
-        torchrun the ranks compare their flags every 16th iteration of the loop (the same iterations on every rank, as
-        the policy step grows alike), on the CPU, so that the loop does not wait for the slowest rank's env every time."""
-        stop, args = bool(self.stop_signal), self.args
-        if args.world_size > 1:
-            if (global_step // (args.num_envs * args.world_size)) % 16:
-                return False
-            flag = torch.tensor([float(stop)])
-            dist.all_reduce(flag, group=self.cpu_group)
-            stop = bool(flag.item() > 0)
-        self.stopped = stop
-        return stop
-
-    def log_due(self, global_step: int) -> bool:
-        """Rank 0 logs every --log-every policy steps and at the last one."""
-        args = self.args
-        every = global_step % args.log_every < args.num_envs * args.world_size or global_step >= args.total_timesteps
-        return args.rank == 0 and every
-
-    def log_progress(self, loop: Loop, episode_returns: list):
-        """Rank 0, when `log_due`: TensorBoard's charts/, the training metrics averaged over the gradient steps since the
-        last log, and the actions' statistics since then (actions/); and the progress line with its ETA, which once
-        training has started also comes every 30 s of wall-clock (hours can pass between two logs on a small CPU)."""
-        args, writer, now = self.args, self.writer, time.time()
-        due = self.log_due(loop.global_step)
-        if args.rank != 0 or not (due or loop.gradient_steps > self.start_gradient_steps and now - self.last_progress >= 30):
-            return
-        sps = (loop.global_step - self.start_step) / (now - self.start_time)
-        if due:
-            writer.add_scalar("charts/SPS", sps, loop.global_step)
-            if loop.train_policy_steps:
-                writer.add_scalar("charts/replay_ratio", loop.gradient_steps / loop.train_policy_steps, loop.global_step)
-                writer.add_scalar("charts/gradient_steps", loop.gradient_steps, loop.global_step)
-            self.upload_videos()
-            if self.metric_count:  # the one wait for the device per log
-                values = (torch.stack(list(self.metric_sums.values())) / self.metric_count).cpu().tolist()
-                for key, value in zip(self.metric_sums, values):
-                    writer.add_scalar(key, value, loop.global_step)
-            if self.action_sums is not None:  # [4, A]: sums of the actions, their squares, their absolute values; count
-                total, square, absolute, count = self.action_sums.cpu().double()
-                mean = total / count
-                if isinstance(self.envs.single_action_space, gym.spaces.Discrete):  # one-hot: each action's share
-                    stats = {"entropy": -(mean * mean.clamp(min=1e-12).log()).sum(), "top_share": mean.max()}
-                else:  # continuous: each dimension's mean, standard deviation and mean absolute value, averaged
-                    std = (square / count - mean.square()).clamp(min=0).sqrt()
-                    stats = {"mean": mean.mean(), "std": std.mean(), "abs_mean": (absolute / count).mean()}
-                for key, value in stats.items():
-                    writer.add_scalar(f"actions/{key}", float(value), loop.global_step)
-            self.metric_sums, self.metric_count, self.action_sums = {}, 0, None
-        self.last_progress = now
-        # ETA: the policy steps left at their measured cost, plus the gradient steps left at theirs
-        done_gradient_steps = loop.gradient_steps - self.start_gradient_steps
-        if args.replay_ratio and not done_gradient_steps:
-            eta = "starts with training"
-        else:
-            seconds_per_step = (now - self.start_time - self.train_seconds) / (loop.global_step - self.start_step)
-            left = args.replay_ratio * (args.total_timesteps - max(loop.global_step, args.learning_starts))
-            left_seconds = left * self.train_seconds / done_gradient_steps if done_gradient_steps else 0.0
-            eta = datetime.timedelta(seconds=int((args.total_timesteps - loop.global_step) * seconds_per_step + left_seconds))
-        recent = f" | return {np.mean(episode_returns[-10:]):.1f}" if episode_returns else ""
-        print(
-            f"step {loop.global_step}/{args.total_timesteps} ({100 * loop.global_step / args.total_timesteps:.0f}%) | SPS "
-            f"{sps:.1f} | gradient steps {loop.gradient_steps} | replay ratio "
-            f"{loop.gradient_steps / max(loop.train_policy_steps, 1):.3f} | ETA {eta}{recent}",
-            flush=True,
-        )
-
-    def log_eval(self, global_step: int, eval_returns: list):
-        self.writer.add_scalar("eval/episodic_return", np.mean(eval_returns), global_step)
-        print(
-            f"eval at step {global_step}: mean return {np.mean(eval_returns):.2f} over {len(eval_returns)} episodes",
-            flush=True,
-        )
-
-    def finish(self):
-        """After the loop: say how to resume a stopped run, --save-model, check that all ranks hold the same weights,
-        close the envs and loggers, and leave torchrun's process group together."""
-        args = self.args
-        if self.stopped and args.rank == 0:
-            launcher = f"torchrun --standalone --nproc_per_node {args.world_size}" if args.world_size > 1 else "python"
-            print(
-                f"stopped by signal at policy step {self.loop.global_step}; checkpoint written to "
-                f"{self.checkpoint_path}\nresume with: {launcher} {os.path.basename(__file__)} --resume "
-                f"{self.checkpoint_path} (plus the same flags)"
-            )
-        if args.save_model and args.rank == 0:
-            model_path = f"{self.run_dir}/{args.exp_name}.cleanrl_model"
-            torch.save(self.state()[1], model_path)
-            print(f"model saved to {model_path}")
-        if args.world_size > 1:  # data parallel must leave the same weights on every rank: compare float64 checksums
-            params = [p for m in self.objects.values() if isinstance(m, nn.Module) for p in m.parameters()]
-            checksum = torch.stack([torch.stack([p.double().sum(), p.double().square().sum()]) for p in params]).flatten()
-            checksums = [torch.empty_like(checksum) for _ in range(args.world_size)]
-            dist.all_gather(checksums, checksum)
-            if args.rank == 0:
-                if not all(torch.equal(c, checksums[0]) for c in checksums):
-                    fail(f"the weights differ across the {args.world_size} ranks after training (a data-parallel bug)")
-                print(f"weights identical on all {args.world_size} ranks")
-        self.envs.close()  # finishes the last video
-        if args.rank == 0:
-            self.upload_videos()
-            self.writer.close()
-        if dist.is_initialized():
-            dist.barrier()  # leave together: a rank that exits while another still tears down gloo can abort it
-            dist.destroy_process_group()
-
-
 if __name__ == "__main__":
     args = tyro.cli(Args)
     run = Run(args)  # checks the flags (and the checkpoint of --resume), torchrun, run directory, TensorBoard, wandb
@@ -1700,8 +1706,8 @@ if __name__ == "__main__":
         critic.parameters(), lr=args.critic_lr, eps=args.ac_eps, weight_decay=args.weight_decay / args.critic_lr, fused=True
     )
     loss_scales = {"image": 1.0, "reward": 1.0, "kl": args.kl_scale}
-    if args.compile:
-        compile_gradient_step(device)
+    # the loss functions that train_step calls: as defined above, or compiled whole (--compile)
+    loss_fns = compile_loss_fns(device) if args.compile else (world_model_loss, behaviour_losses)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
     if run.saved:  # --eval-model: play, log eval/ and the videos, train nothing
         wm.load_state_dict(run.saved["wm"])
@@ -1774,7 +1780,7 @@ if __name__ == "__main__":
                 updates = loop.gradient_steps // args.world_size  # this process's updates so far: the target critic's clock
                 loop.carry, metrics, checks = train_step(wm, actor, critic, target_critic, model_opt, actor_opt,
                                                          critic_opt, batch, loop.carry, loss_scales, args, autocast,
-                                                         updates)  # fmt: skip
+                                                         updates, loss_fns=loss_fns)  # fmt: skip
                 run.note_train(metrics, checks, loop.global_step)
                 loop.gradient_steps += args.world_size
                 if args.rank == 0 and args.video_every and (loop.gradient_steps // args.world_size) % args.video_every == 0:
@@ -1790,6 +1796,7 @@ if __name__ == "__main__":
         if args.eval_episodes and (args.eval_every and loop.global_step - loop.last_eval >= args.eval_every or done):
             loop.last_eval = loop.global_step
             if args.rank == 0:
+                # a fresh env, seeded apart from the training envs (seed + 0, 1, ...); episode seeds come from evaluate
                 eval_fn = make_env(args.env_id, args.seed + 100_000, 1, False, run.run_name, **env_kwargs)
                 eval_returns = evaluate(
                     wm, actor, eval_fn, args.eval_episodes, args.eval_greedy, device, autocast, args.seed + loop.global_step

@@ -23,7 +23,6 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 import tyro
-from torch._higher_order_ops.scan import scan
 from torch.utils.tensorboard import SummaryWriter
 
 from ratio import Ratio
@@ -326,714 +325,6 @@ def check_args(args: Args):
         fail(f"--classes must be at least 2, got {args.classes}")
 
 
-# ALGO LOGIC: helpers
-def symlog(x: torch.Tensor) -> torch.Tensor:
-    return torch.sign(x) * torch.log1p(x.abs())
-
-
-def symexp(x: torch.Tensor) -> torch.Tensor:
-    return torch.sign(x) * torch.expm1(x.abs())
-
-
-def twohot(x: torch.Tensor, bins: torch.Tensor) -> torch.Tensor:
-    """Encode x [...] as weights over ascending bins [K] -> [..., K]: the two neighbouring bins share the mass
-    in proportion to closeness, so sum(twohot(x) * bins) == x for x inside the bin range (clipped outside)."""
-    x = x.clamp(bins[0], bins[-1])
-    below = (torch.bucketize(x, bins, right=True) - 1).clamp(0, len(bins) - 1)  # largest bin <= x
-    above = (below + 1).clamp(max=len(bins) - 1)
-    span = bins[above] - bins[below]
-    w_above = torch.where(span > 0, (x - bins[below]) / span.clamp(min=1e-8), torch.zeros_like(x))
-    weights = torch.zeros(*x.shape, len(bins), device=x.device, dtype=x.dtype)
-    weights.scatter_add_(-1, below[..., None], (1 - w_above)[..., None])
-    return weights.scatter_add_(-1, above[..., None], w_above[..., None])
-
-
-def twohot_loss(logits: torch.Tensor, target: torch.Tensor, bins: torch.Tensor) -> torch.Tensor:
-    """-log p(target) of a symlog twohot distribution: cross-entropy against twohot(symlog(target))."""
-    return -(twohot(symlog(target.float()), bins) * F.log_softmax(logits.float(), -1)).sum(-1)
-
-
-def twohot_mean(logits: torch.Tensor, bins: torch.Tensor) -> torch.Tensor:
-    return symexp((F.softmax(logits.float(), -1) * bins).sum(-1))
-
-
-def unimix_logits(logits: torch.Tensor, unimix: float) -> torch.Tensor:
-    """Mix a categorical with `unimix` of the uniform distribution; returns the log-probabilities."""
-    probs = F.softmax(logits.float(), -1)
-    return torch.log((1 - unimix) * probs + unimix / probs.shape[-1])
-
-
-def sample_onehot(logits: torch.Tensor) -> torch.Tensor:
-    """One-hot sample with straight-through gradients: forward is the sample, backward flows through the probs.
-    Drawn by inverse CDF, the first class whose cumulative probability exceeds one uniform number per categorical (the
-    same distribution as Gumbel-max, with one random number per categorical instead of one per class)."""
-    probs = F.softmax(logits, -1)
-    uniform = torch.rand_like(probs[..., :1], dtype=torch.float32)
-    index = (probs.float().cumsum(-1) < uniform).sum(-1, keepdim=True).clamp(max=probs.shape[-1] - 1)
-    sample = torch.zeros_like(probs).scatter_(-1, index, 1.0)
-    return sample + probs - probs.detach()
-
-
-def scan_steps(step, carry: dict, xs: tuple, chunk: int = 8) -> tuple:
-    """carry, y_t = step(carry, x_t) for t = 0..T-1 over the inputs xs [T, ...] -> (last carry, the y_t stacked [T, ...]).
-    Carry and y_t are dicts of tensors. Eagerly a Python loop. Under torch.compile (--compile) a scan over chunks of
-    `chunk` steps unrolled: the compiler optimises one chunk, whose steps fuse into few kernels, instead of every step
-    (a fully unrolled loop took at least 2.7 times as long to compile and ran slower; docs/speed.md)."""
-
-    def unroll(carry: dict, xs: tuple) -> tuple:
-        ys = []
-        for x in zip(*[v.unbind(0) for v in xs]):
-            carry, y = step(carry, x)
-            ys.append(y)
-        return carry, {k: torch.stack([y[k] for y in ys]) for k in ys[0]}
-
-    if not torch.compiler.is_compiling():
-        return unroll(carry, xs)
-
-    def unroll_chunk(carry: dict, xs: tuple) -> tuple:
-        carry, ys = unroll(carry, xs)
-        return {k: v.clone() for k, v in carry.items()}, ys  # a scan's outputs must not alias each other
-
-    steps = xs[0].shape[0]
-    chunk = next(c for c in range(min(chunk, steps), 0, -1) if steps % c == 0)  # the largest divisor of T up to `chunk`
-    carry, ys = scan(unroll_chunk, carry, tuple(v.unflatten(0, (steps // chunk, chunk)) for v in xs))
-    return carry, {k: v.flatten(0, 1) for k, v in ys.items()}
-
-
-def categorical_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
-    """KL(p || q) of [..., stoch, classes] categoricals, summed over the stoch latents -> [...]."""
-    p_log, q_log = F.log_softmax(p_logits.float(), -1), F.log_softmax(q_logits.float(), -1)
-    return (p_log.exp() * (p_log - q_log)).sum([-2, -1])
-
-
-def categorical_entropy(logits: torch.Tensor) -> torch.Tensor:
-    log_p = F.log_softmax(logits.float(), -1)
-    return -(log_p.exp() * log_p).sum(-1)
-
-
-def lambda_returns(reward, value, cont, gamma: float, lmbda: float) -> torch.Tensor:
-    """TD(lambda) returns of an imagined trajectory (DreamerV3 eq. 7), computed backwards:
-
-        R_t = r_{t+1} + gamma c_{t+1} ((1 - lambda) v_{t+1} + lambda R_{t+1}),   R_H = v_H
-
-    reward, cont: [H, N] for steps 1..H; value: [H+1, N] for steps 0..H. Returns R_0..R_{H-1}: [H, N]."""
-    disc = gamma * cont
-    interm = reward + disc * (1 - lmbda) * value[1:]
-    returns = [value[-1]]
-    for t in reversed(range(reward.shape[0])):
-        returns.append(interm[t] + disc[t] * lmbda * returns[-1])
-    return torch.stack(returns[1:][::-1])
-
-
-class ReturnNorm(nn.Module):
-    """Percentile return scale (DreamerV3 eq. 8): S = max(limit, EMA(P95(R)) - EMA(P5(R))). Advantages are divided by S,
-    so large returns are squashed and small ones are not amplified. Across processes the percentiles are averaged."""
-
-    def __init__(self, decay: float, limit: float, low: float = 0.05, high: float = 0.95):
-        super().__init__()
-        self.decay, self.limit = decay, limit
-        self.register_buffer("quantiles", torch.tensor([low, high]))
-        self.register_buffer("ema", torch.zeros(2))  # [P5, P95], starting from 0 as in the paper's code
-
-    @torch.no_grad()
-    def update(self, returns: torch.Tensor) -> torch.Tensor:
-        q = torch.quantile(returns.detach().float().flatten(), self.quantiles)
-        if dist.is_initialized():
-            dist.all_reduce(q)
-            q /= dist.get_world_size()
-        self.ema.mul_(self.decay).add_((1 - self.decay) * q)
-        return self.scale()
-
-    def scale(self) -> torch.Tensor:
-        return (self.ema[1] - self.ema[0]).clamp(min=self.limit)
-
-
-class SequenceReplay:
-    """TBPTT sequence replay: per-env ring buffers, sampled as [T, B] chunks (time-major).
-
-    Storage is [capacity // num_envs, num_envs, ...], one row per vector-env step; frames are uint8. Each of the B batch
-    rows remembers where it stands (an env and a monotonic step index g). A row continues with the chunk right after its
-    previous one, [g, g + T), so the world model starts it from the row's (detached) last posterior: truncated BPTT.
-    A row restarts from a uniformly random valid position [oldest, newest - T + 1] with a fresh state (is_first forced on
-    its first step) when its next chunk is not fully written yet, when its data was overwritten, with probability
-    `jump_prob`, or always with tbptt=False. So every stored step is replayed: starts are uniform over the buffer,
-    and rows then sweep forward through consecutive steps, across episode boundaries (is_first resets the state).
-    """
-
-    def __init__(self, capacity, num_envs, obs_shape, action_size, batch_size, batch_length, tbptt, jump_prob, seed):
-        self.capacity, self.num_envs = capacity // num_envs, num_envs
-        self.batch_size, self.batch_length, self.tbptt, self.jump_prob = batch_size, batch_length, tbptt, jump_prob
-        self.obs = np.zeros((self.capacity, num_envs, *obs_shape), np.uint8)
-        self.action = np.zeros((self.capacity, num_envs, action_size), np.float32)
-        self.reward = np.zeros((self.capacity, num_envs), np.float32)
-        self.is_first = np.zeros((self.capacity, num_envs), bool)
-        self.is_terminal = np.zeros((self.capacity, num_envs), bool)
-        self.added = 0  # steps added per env, never decreases; step g lives in slot g % capacity
-        self.row_env = np.zeros(batch_size, np.int64)
-        self.row_next = np.full(batch_size, -1, np.int64)  # step index of each row's next chunk; -1: start fresh
-        self.rng = np.random.default_rng(seed)
-
-    def add(self, obs, action, reward, is_first, is_terminal):
-        slot = self.added % self.capacity
-        self.obs[slot], self.action[slot], self.reward[slot] = obs, action, reward
-        self.is_first[slot], self.is_terminal[slot] = is_first, is_terminal
-        self.added += 1
-
-    def __len__(self) -> int:
-        return min(self.added, self.capacity) * self.num_envs
-
-    def can_sample(self) -> bool:
-        return min(self.added, self.capacity) >= self.batch_length
-
-    def sample(self) -> dict:
-        T, B = self.batch_length, self.batch_size
-        oldest, last_start = max(0, self.added - self.capacity), self.added - T
-        keep = (self.row_next >= oldest) & (self.row_next <= last_start) & (self.rng.random(B) >= self.jump_prob)
-        fresh = ~keep if self.tbptt else np.ones(B, bool)
-        self.row_env[fresh] = self.rng.integers(0, self.num_envs, fresh.sum())
-        self.row_next[fresh] = self.rng.integers(oldest, last_start + 1, fresh.sum())
-        slots = (self.row_next[None] + np.arange(T)[:, None]) % self.capacity  # [T, B]
-        envs = self.row_env[None].repeat(T, 0)  # [T, B]
-        batch = dict(
-            obs=self.obs[slots, envs],
-            action=self.action[slots, envs],
-            reward=self.reward[slots, envs],
-            is_first=self.is_first[slots, envs],
-            is_terminal=self.is_terminal[slots, envs],
-        )
-        batch["is_first"][0, fresh] = True  # a fresh row starts from the initial state, whatever the carry holds
-        self.row_next += T
-        return batch
-
-    def state_dict(self, with_data: bool) -> dict:
-        state = dict(
-            added=self.added, row_env=self.row_env.copy(), row_next=self.row_next.copy(), rng=self.rng.bit_generator.state
-        )
-        if with_data:
-            n = min(self.added, self.capacity)
-            for key in ("obs", "action", "reward", "is_first", "is_terminal"):
-                state[key] = torch.from_numpy(getattr(self, key)[:n].copy())
-        return state
-
-    def load_state_dict(self, state: dict):
-        self.rng.bit_generator.state = state["rng"]
-        if "obs" not in state:  # the buffer was not saved: start empty, rows start fresh
-            return
-        self.added, self.row_env[:], self.row_next[:] = state["added"], state["row_env"], state["row_next"]
-        for key in ("obs", "action", "reward", "is_first", "is_terminal"):
-            data = state[key].numpy()
-            getattr(self, key)[: len(data)] = data
-
-
-# ALGO LOGIC: networks
-def init_weights(module: nn.Module, scale: float = 1.0):
-    """Truncated normal with fan-average variance scaling (the paper's code), zero biases; scale 0 gives zeros. Every other
-    layer with parameters initialises them in its own `reset_parameters()` (LayerNorm: ones and zeros); one without that
-    method stops the run with one line naming it: no parameter keeps the uninitialised memory of `torch.empty`."""
-    for name, m in module.named_modules():
-        if isinstance(m, (nn.Linear, nn.Conv2d, nn.ConvTranspose2d)):
-            fan_in, fan_out = nn.init._calculate_fan_in_and_fan_out(m.weight)
-            std = (scale / ((fan_in + fan_out) / 2)) ** 0.5 / 0.87962566103423978
-            nn.init.trunc_normal_(m.weight, 0.0, std, -2 * std, 2 * std) if scale > 0 else nn.init.zeros_(m.weight)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
-        elif next(m.parameters(recurse=False), None) is not None:  # any other layer: LayerNorm, or a fork's new one
-            if not hasattr(m, "reset_parameters"):
-                where = f"{type(module).__name__}.{name or 'self'} ({type(m).__name__})"
-                shapes = ", ".join(f"{n} {tuple(p.shape)}" for n, p in m.named_parameters(recurse=False))
-                fail(f"init_weights: {where} has parameters with no initialisation rule ({shapes}); give it a "
-                     "reset_parameters() method or a rule in init_weights")  # fmt: skip
-            m.reset_parameters()
-
-
-def dense(in_features: int, out_features: int) -> nn.Sequential:
-    """Linear -> LayerNorm -> SiLU, the building block of every DreamerV3 MLP (no bias before a norm)."""
-    return nn.Sequential(nn.Linear(in_features, out_features, bias=False), nn.LayerNorm(out_features, eps=1e-3), nn.SiLU())
-
-
-class ChannelNorm(nn.LayerNorm):
-    """LayerNorm over the channels of each pixel of a [N, C, H, W] tensor."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
-
-
-class MLP(nn.Module):
-    def __init__(self, in_features: int, out_features: int, units: int, layers: int, out_scale: float = 1.0):
-        super().__init__()
-        sizes = [in_features] + [units] * layers
-        self.hidden = nn.Sequential(*[dense(i, o) for i, o in zip(sizes[:-1], sizes[1:])])
-        self.out = nn.Linear(sizes[-1], out_features)
-        init_weights(self)
-        init_weights(self.out, out_scale)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out(self.hidden(x))
-
-
-class Encoder(nn.Module):
-    """64x64 image -> embed: four stride-2 4x4 convs (depth x 1, 2, 4, 8) down to 4x4, each with LayerNorm and SiLU."""
-
-    def __init__(self, channels: int, cnn_depth: int):
-        super().__init__()
-        layers, in_ch = [], channels
-        for i in range(4):
-            out_ch = cnn_depth * 2**i
-            layers += [nn.Conv2d(in_ch, out_ch, 4, 2, 1, bias=False), ChannelNorm(out_ch, eps=1e-3), nn.SiLU()]
-            in_ch = out_ch
-        self.net = nn.Sequential(*layers)
-        self.embed_size = in_ch * 4 * 4
-        init_weights(self)
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        lead = obs.shape[:-3]  # [T, B] or [B]
-        x = obs.reshape(-1, *obs.shape[-3:]).float() / 255.0 - 0.5
-        x = self.net(x.contiguous(memory_format=torch.channels_last))
-        return x.reshape(*lead, -1)  # [..., embed]
-
-
-class Decoder(nn.Module):
-    """feat -> 64x64 image mean: a linear layer to 4x4 x 8 depth, then four stride-2 transposed convs."""
-
-    def __init__(self, feat_size: int, channels: int, cnn_depth: int):
-        super().__init__()
-        self.depth = cnn_depth * 8
-        self.linear = nn.Linear(feat_size, self.depth * 4 * 4)
-        layers, in_ch = [], self.depth
-        for i in range(3):
-            out_ch = in_ch // 2
-            layers += [nn.ConvTranspose2d(in_ch, out_ch, 4, 2, 1, bias=False), ChannelNorm(out_ch, eps=1e-3), nn.SiLU()]
-            in_ch = out_ch
-        layers.append(nn.ConvTranspose2d(in_ch, channels, 4, 2, 1))
-        self.net = nn.Sequential(*layers)
-        init_weights(self)
-
-    def forward(self, feat: torch.Tensor) -> torch.Tensor:
-        lead = feat.shape[:-1]
-        x = self.linear(feat.reshape(-1, feat.shape[-1])).reshape(-1, self.depth, 4, 4)
-        x = self.net(x.contiguous(memory_format=torch.channels_last))
-        return (x + 0.5).reshape(*lead, *x.shape[1:])  # [..., C, 64, 64], pixels in [0, 1]
-
-
-class RSSM(nn.Module):
-    """Recurrent state-space model (DreamerV3 eq. 1), time-major: sequences are [T, B, ...], one step is [B, ...].
-
-        sequence model:        h_t = f(h_{t-1}, z_{t-1}, a_{t-1})      (LayerNorm GRU)
-        representation model:  z_t ~ q(z_t | h_t, x_t)                (post, sees the embedded image x_t)
-        dynamics predictor:    z^_t ~ p(z^_t | h_t)                   (prior, used for imagination)
-
-    A state is a dict: deter h_t [B, deter_size], stoch z_t [B, stoch, classes] (one-hot, straight-through), logits
-    [B, stoch, classes] (log-probs after the 1% unimix). feat = cat(h_t, flatten(z_t)) feeds every head.
-    How one replayed chunk lines up (row b, t = 0..T-1):
-
-        t          0      1      2      3   ...
-        obs        o_0    o_1    o_2    o_3         o_t: the frame seen at step t
-        reward     r_0    r_1    r_2    r_3         r_t: reward that came with o_t
-        is_first   1      0      0      0           o_t began an episode: reset to the initial state
-        is_term    0      0      0      1           o_t ended the episode by termination (continue target 0)
-        action     a_0    a_1    a_2    a_3         a_t: chosen after seeing o_t
-        obs_step   (h_{-1}, z_{-1}, a_{-1}) + o_0 -> post_0;  (post_0, a_0) + o_1 -> post_1;  ...
-
-    so step t consumes the previous action a_{t-1}; for t = 0 it is the carried one (TBPTT) or zero.
-    """
-
-    def __init__(self, action_size, embed_size, deter_size, stoch_size, classes, hidden_size, unimix):
-        super().__init__()
-        self.stoch_size, self.classes, self.unimix = stoch_size, classes, unimix
-        self.img_in = dense(stoch_size * classes + action_size, hidden_size)
-        self.gru = nn.Linear(hidden_size + deter_size, 3 * deter_size, bias=False)
-        self.gru_norm = nn.LayerNorm(3 * deter_size, eps=1e-3)
-        self.img_out = dense(deter_size, hidden_size)
-        self.img_logits = nn.Linear(hidden_size, stoch_size * classes)
-        self.obs_out = dense(deter_size + embed_size, hidden_size)
-        self.obs_logits = nn.Linear(hidden_size, stoch_size * classes)
-        self.initial_deter = nn.Parameter(torch.empty(deter_size))  # learned initial state, h_0 = tanh(w)
-        init_weights(self)
-
-    def reset_parameters(self):
-        """init_weights' rule for the RSSM's own parameter: w = 0, so h_0 starts at tanh(0) = 0 as in the paper's code."""
-        nn.init.zeros_(self.initial_deter)
-
-    def _logits(self, layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-        return unimix_logits(layer(x).reshape(*x.shape[:-1], self.stoch_size, self.classes), self.unimix)
-
-    def initial(self, batch_size: int) -> dict:
-        deter = torch.tanh(self.initial_deter)[None]  # [1, deter]
-        logits = self._logits(self.img_logits, self.img_out(deter))
-        stoch = F.one_hot(logits.argmax(-1), self.classes).to(deter.dtype)  # mode of the prior
-        return {k: v.expand(batch_size, *v.shape[1:]) for k, v in dict(deter=deter, stoch=stoch, logits=logits).items()}
-
-    def get_feat(self, state: dict) -> torch.Tensor:
-        return torch.cat([state["deter"], state["stoch"].flatten(-2)], -1)  # [..., deter + stoch * classes]
-
-    def deter_step(self, prev_state: dict, prev_action: torch.Tensor) -> torch.Tensor:
-        """Sequence model: h_t = GRU(h_{t-1}, MLP(z_{t-1}, a_{t-1})) -> deter [B, deter]."""
-        x = self.img_in(torch.cat([prev_state["stoch"].flatten(-2), prev_action], -1))
-        deter = prev_state["deter"]
-        reset, cand, update = self.gru_norm(self.gru(torch.cat([x, deter], -1)).float()).chunk(3, -1)
-        cand = torch.tanh(torch.sigmoid(reset) * cand)
-        update = torch.sigmoid(update - 1)  # biased towards keeping the old state
-        return update * cand + (1 - update) * deter
-
-    def prior_logits(self, deter: torch.Tensor) -> torch.Tensor:
-        """Dynamics predictor: the prior's log-probabilities [..., stoch, classes] from h_t alone."""
-        return self._logits(self.img_logits, self.img_out(deter))
-
-    def img_step(self, prev_state: dict, prev_action: torch.Tensor) -> dict:
-        """Prior step: h_t = GRU(h_{t-1}, MLP(z_{t-1}, a_{t-1})), z^_t ~ p(. | h_t)."""
-        deter = self.deter_step(prev_state, prev_action)  # [B, deter]
-        logits = self.prior_logits(deter)  # [B, stoch, classes]
-        return dict(deter=deter, stoch=sample_onehot(logits), logits=logits)
-
-    def obs_step(self, prev_state: dict, prev_action: torch.Tensor, embed: torch.Tensor, is_first: torch.Tensor):
-        """Posterior step. Where is_first [B] is set, the previous state and action are replaced by the initial ones."""
-        first = is_first.bool()[:, None]  # [B, 1]
-        init = self.initial(len(is_first))
-        prev_state = {k: torch.where(first if v.dim() == 2 else first[..., None], init[k], v) for k, v in prev_state.items()}
-        prior = self.img_step(prev_state, torch.where(first, torch.zeros_like(prev_action), prev_action))
-        logits = self._logits(self.obs_logits, self.obs_out(torch.cat([prior["deter"], embed], -1)))
-        post = dict(deter=prior["deter"], stoch=sample_onehot(logits), logits=logits)
-        return post, prior
-
-    def observe(self, embed, prev_actions, is_first, state: dict):
-        """Filter a sequence: embed [T, B, E], prev_actions [T, B, A] (a_{t-1}), is_first [T, B] -> post, prior [T, B, ...].
-
-        The same maths as calling obs_step at every t (a test checks it), arranged for speed: only what depends on the
-        previous step stays in the loop. The embedding's share of the posterior's first layer, W [h; e] = W_h h + W_e e,
-        runs once on all T x B rows before the loop, and the prior's output layers, which read only h_t, once after it.
-        The prior carries deter and logits: nothing samples from it here."""
-        first = is_first.bool()[..., None]  # [T, B, 1]
-        init = self.initial(embed.shape[1])
-        w_deter, w_embed = self.obs_out[0].weight.split([init["deter"].shape[-1], embed.shape[-1]], 1)
-        embed_in = F.linear(embed, w_embed)  # [T, B, hidden]: W_e e for every step at once
-        w_deter = w_deter.to(embed_in.dtype)  # under autocast: cast the slice once, not at every step
-        norm_act = self.obs_out[1:]
-
-        def step(state: dict, inputs: tuple) -> tuple:
-            embed_t, action_t, first_t = inputs
-            state = {k: torch.where(first_t if v.dim() == 2 else first_t[..., None], init[k], v) for k, v in state.items()}
-            deter = self.deter_step(state, torch.where(first_t, torch.zeros_like(action_t), action_t))
-            hidden = norm_act(F.linear(deter, w_deter) + embed_t)  # LayerNorm and SiLU of W_h h + W_e e
-            logits = self._logits(self.obs_logits, hidden)
-            state = dict(deter=deter, stoch=sample_onehot(logits), logits=logits)
-            return state, state
-
-        _, post = scan_steps(step, state, (embed_in, prev_actions, first))
-        return post, dict(deter=post["deter"], logits=self.prior_logits(post["deter"]))
-
-    def imagine(self, actions: torch.Tensor, state: dict) -> dict:
-        """Open-loop prediction with given actions [T, B, A] from a state [B, ...] -> priors [T, B, ...]."""
-        priors = []
-        for t in range(actions.shape[0]):
-            state = self.img_step(state, actions[t])
-            priors.append(state)
-        return {k: torch.stack([s[k] for s in priors]) for k in priors[0]}
-
-
-class WorldModel(nn.Module):
-    def __init__(self, obs_shape, action_size, args: Args):
-        super().__init__()
-        channels = obs_shape[0]
-        self.encoder = Encoder(channels, args.cnn_depth)
-        self.rssm = RSSM(
-            action_size, self.encoder.embed_size, args.deter_size, args.stoch_size, args.classes, args.hidden_size, args.unimix
-        )
-        feat_size = args.deter_size + args.stoch_size * args.classes
-        self.decoder = Decoder(feat_size, channels, args.cnn_depth)
-        self.reward = MLP(feat_size, args.reward_bins, args.mlp_units, args.mlp_layers, out_scale=0.0)
-        self.cont = MLP(feat_size, 1, args.mlp_units, args.mlp_layers)
-        self.register_buffer("bins", torch.linspace(-20, 20, args.reward_bins))
-
-
-class Actor(nn.Module):
-    """pi(a_t | s_t): a categorical over the discrete actions with 1% unimix."""
-
-    def __init__(self, feat_size: int, action_size: int, units: int, layers: int, unimix: float):
-        super().__init__()
-        self.net, self.unimix = MLP(feat_size, action_size, units, layers), unimix
-
-    def forward(self, feat: torch.Tensor) -> torch.Tensor:
-        return unimix_logits(self.net(feat), self.unimix)  # [..., A] log-probabilities
-
-
-class Critic(nn.Module):
-    """v(s_t): a symlog twohot distribution over --reward-bins bins (255), output layer zero-initialised."""
-
-    def __init__(self, feat_size: int, bins: int, units: int, layers: int):
-        super().__init__()
-        self.net = MLP(feat_size, bins, units, layers, out_scale=0.0)
-
-    def forward(self, feat: torch.Tensor) -> torch.Tensor:
-        return self.net(feat)  # [..., bins] logits
-
-
-# ALGO LOGIC: losses
-def world_model_loss(wm: WorldModel, batch: dict, carry: tuple, scales: dict, kl_free: float):
-    """Sum of the world model losses on a [T, B] batch (DreamerV3 eq. 5):
-
-        L = image + reward + cont + dyn_scale * max(free, KL[sg(post) || prior]) + rep_scale * max(free, KL[post || sg(prior)])
-
-    image: squared error summed over pixels; reward: symlog twohot; cont: Bernoulli on 1 - is_terminal. The free-bits
-    clip applies per time step. Returns (loss, losses, post, new carry, metrics); post is the filtered [T, B] states."""
-    prev_state, prev_action = carry
-    embed = wm.encoder(batch["obs"])  # [T, B, embed]
-    prev_actions = torch.cat([prev_action[None], batch["action"][:-1]], 0)  # [T, B, A]: a_{t-1}
-    post, prior = wm.rssm.observe(embed, prev_actions, batch["is_first"], prev_state)
-    feat = wm.rssm.get_feat(post)  # [T, B, feat]
-    recon = wm.decoder(feat)  # [T, B, C, 64, 64]
-    losses = {
-        "image": (recon.float() - batch["obs"].float() / 255.0).square().sum([-3, -2, -1]),
-        "reward": twohot_loss(wm.reward(feat), batch["reward"], wm.bins),
-        "cont": F.binary_cross_entropy_with_logits(
-            wm.cont(feat).squeeze(-1).float(), 1.0 - batch["is_terminal"].float(), reduction="none"
-        ),
-        "dyn": categorical_kl(post["logits"].detach(), prior["logits"]).clamp(min=kl_free),
-        "rep": categorical_kl(post["logits"], prior["logits"].detach()).clamp(min=kl_free),
-    }
-    assert losses.keys() == scales.keys(), (losses.keys(), scales.keys())
-    loss = sum(scales[k] * v.mean() for k, v in losses.items())
-    new_carry = ({k: v[-1].detach().clone() for k, v in post.items()}, batch["action"][-1].clone())  # copies, not views
-    metrics = {
-        "kl": categorical_kl(post["logits"].detach(), prior["logits"].detach()).mean(),
-        "prior_entropy": categorical_entropy(prior["logits"].detach()).sum(-1).mean(),
-        "post_entropy": categorical_entropy(post["logits"].detach()).sum(-1).mean(),
-    }
-    return loss, {k: v.mean() for k, v in losses.items()}, post, new_carry, metrics
-
-
-def imagine(wm: WorldModel, actor: Actor, start: dict, horizon: int):
-    """Roll the prior forward `horizon` steps from every start state [N, ...], acting with the actor.
-
-        s_0 --a_0--> s_1 --a_1--> ... --a_{H-1}--> s_H,   a_t ~ pi(. | s_t)
-
-    Returns feats [H+1, N, feat], actions [H, N, A] and the actor's log-probabilities [H, N, A] at s_0..s_{H-1}. With
-    REINFORCE (discrete actions) no gradient flows through the imagined dynamics, so the world model runs without
-    building a graph; the log-probabilities keep theirs, and the actor loss uses them instead of running the actor on
-    the same states again (the same numbers: nothing updates the actor in between)."""
-    state, feats, actions, log_probs = start, [wm.rssm.get_feat(start)], [], []
-    for _ in range(horizon):
-        log_probs.append(actor(feats[-1]))
-        with torch.no_grad():
-            action = sample_onehot(log_probs[-1])
-            state = wm.rssm.img_step(state, action)
-            feats.append(wm.rssm.get_feat(state))
-        actions.append(action)
-    return torch.stack(feats), torch.stack(actions), torch.stack(log_probs)
-
-
-def actor_critic_loss(wm, critic, slow_critic, return_norm, feats, actions, log_probs, first_cont, args: Args):
-    """Actor and critic losses on an imagined trajectory (DreamerV3 eqs. 7-11).
-
-    rewards r_t and continue flags c_t come from the world model heads at s_1..s_H (c_0 is 1 - is_terminal of the start);
-    weight_t = prod_{k<=t} gamma c_k / gamma discounts steps after a predicted episode end.
-        critic: -log p_v(R_t | s_t) - slow_reg log p_v(v_slow(s_t) | s_t), weighted
-        actor:  -(log pi(a_t | s_t) sg((R_t - v(s_t)) / S) + eta H[pi(. | s_t)]), weighted     (REINFORCE)
-    """
-    if torch.is_autocast_enabled(feats.device.type):  # each head would cast feats to bf16 on its own: cast them once
-        feats = feats.to(torch.get_autocast_dtype(feats.device.type))
-    with torch.no_grad():
-        reward = twohot_mean(wm.reward(feats[1:]), wm.bins)  # [H, N]
-        cont = torch.cat([first_cont[None], (wm.cont(feats[1:]).squeeze(-1) > 0).float()], 0)  # [H+1, N]
-        weight = torch.cumprod(args.gamma * cont, 0) / args.gamma  # [H+1, N]
-        slow_value = twohot_mean(slow_critic(feats[:-1]), wm.bins)  # [H, N]
-    value_logits = critic(feats)  # [H+1, N, bins]
-    value = twohot_mean(value_logits.detach(), wm.bins)  # [H+1, N]
-    returns = lambda_returns(reward, value, cont[1:], args.gamma, args.lmbda)  # [H, N]
-    scale = return_norm.update(returns)
-    advantage = (returns - value[:-1]) / scale  # [H, N]
-    log_pi = (actions * log_probs).sum(-1)  # log_probs [H, N, A]: the actor's, from imagine
-    entropy = -(log_probs.exp() * log_probs).sum(-1)
-    actor_loss = (-(log_pi * advantage + args.actor_entropy * entropy) * weight[:-1]).mean()
-    critic_loss = twohot_loss(value_logits[:-1], returns, wm.bins) + args.slow_critic_reg * twohot_loss(
-        value_logits[:-1], slow_value, wm.bins
-    )
-    critic_loss = (critic_loss * weight[:-1]).mean()
-    metrics = dict(
-        return_scale=scale,
-        actor_entropy=entropy.mean(),
-        imagined_return=returns.mean(),
-        imagined_reward=reward.mean(),
-        value=value.mean(),
-    )
-    return actor_loss, critic_loss, metrics
-
-
-def behaviour_losses(wm, actor, critic, slow_critic, return_norm, post: dict, batch: dict, args: Args) -> tuple:
-    """Imagine from every posterior state of the batch, then the actor and critic losses (one function: --compile
-    compiles it whole)."""
-    start = {k: v.detach().flatten(0, 1) for k, v in post.items()}  # [T * B, ...]
-    feats, imagined_actions, log_probs = imagine(wm, actor, start, args.imagination_horizon)
-    first_cont = 1.0 - batch["is_terminal"].float().flatten(0, 1)
-    return actor_critic_loss(wm, critic, slow_critic, return_norm, feats, imagined_actions, log_probs, first_cont, args)
-
-
-def compile_gradient_step(device: torch.device):
-    """--compile: torch.compile the gradient step's two halves whole, each with its backward pass: the world model loss
-    (encoder, the observe loop as a chunked scan, decoder, heads) and the behaviour losses (imagination, actor, critic).
-    No graph break is allowed (fullgraph). The optimizer steps stay eager, between them: the world model is updated
-    before imagination, as in the paper's code. On CUDA also CUDA graphs ("reduce-overhead"): each half replays as one
-    launch, so the step is not bound by thousands of kernel launches."""
-    global world_model_loss, behaviour_losses
-    mode = "reduce-overhead" if device.type == "cuda" else None
-    world_model_loss = torch.compile(world_model_loss, fullgraph=True, mode=mode)
-    behaviour_losses = torch.compile(behaviour_losses, fullgraph=True, mode=mode)
-    if device.type == "cuda":  # a replayed graph overwrites its outputs: copy out what outlives the step (carry, metrics)
-        world_model_loss, behaviour_losses = copy_outputs(world_model_loss), copy_outputs(behaviour_losses)
-
-
-def copy_outputs(function):
-    """function, with every tensor it returns copied out of the CUDA graph's memory."""
-    return lambda *args: torch.utils._pytree.tree_map_only(torch.Tensor, torch.clone, function(*args))
-
-
-def backward_and_clip(loss: torch.Tensor, params: list, clip: float) -> torch.Tensor:
-    """loss.backward(), then (under torchrun) average the gradients over processes, then clip; returns the grad norm."""
-    loss.backward()
-    return average_and_clip(params, clip)
-
-
-def average_and_clip(params: list, clip: float) -> torch.Tensor:
-    """Average the gradients over processes (under torchrun), then clip them; returns the grad norm."""
-    if dist.is_initialized():
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        flat = torch.cat([g.flatten() for g in grads])
-        dist.all_reduce(flat)
-        flat /= dist.get_world_size()
-        for p, g in zip(params, flat.split([g.numel() for g in grads])):
-            p.grad = torch.empty_like(p).copy_(g.view_as(p))  # in p's memory layout, as fused Adam reads it
-    return nn.utils.clip_grad_norm_(params, clip)
-
-
-class DeviceBatch:
-    """The replay's numpy batches as tensors on `device`. On the CPU: the arrays themselves (no copy). On CUDA: copied
-    into device tensors that the first batch allocates and every later one reuses, through pinned memory, so that each
-    copy is queued behind the previous gradient step (which still reads the tensors) without waiting for the device.
-    With `static` (--compile), the tensors are marked as static addresses: the compiled step's CUDA graphs then read the
-    batch where it lies instead of first copying it into their own memory."""
-
-    def __init__(self, device: torch.device, static: bool = False):
-        self.device, self.static, self.buffers = device, static, None
-
-    def __call__(self, batch: dict) -> dict:
-        if self.device.type != "cuda":
-            return {k: torch.as_tensor(v) for k, v in batch.items()}
-        if self.buffers is None:
-            self.buffers = {k: torch.empty_like(torch.from_numpy(v), device=self.device) for k, v in batch.items()}
-            if self.static:  # --compile: the CUDA graphs read the batch in place
-                for buffer in self.buffers.values():
-                    torch._dynamo.mark_static_address(buffer)
-        for k, v in batch.items():
-            self.buffers[k].copy_(torch.from_numpy(v).pin_memory(), non_blocking=True)
-        return self.buffers
-
-
-def train_step(wm, actor, critic, slow_critic, return_norm, model_opt, actor_opt, critic_opt, batch: dict, carry: tuple,
-               loss_scales: dict, args: Args, autocast) -> tuple:  # fmt: skip
-    """One gradient step: the world model on the batch, then the actor and critic on imagined trajectories that start
-    from every posterior state of it, then the slow critic. Returns the TBPTT carry for the next batch, the metrics to
-    log and the values whose finiteness the loop checks (device tensors all: nothing here waits for the device)."""
-    with autocast:
-        wm_loss, losses, post, next_carry, wm_metrics = world_model_loss(wm, batch, carry, loss_scales, args.kl_free)
-    model_opt.zero_grad(set_to_none=True)
-    model_grad_norm = backward_and_clip(wm_loss, list(wm.parameters()), args.model_grad_clip)
-    model_opt.step()
-    with autocast:
-        actor_loss, critic_loss, ac_metrics = behaviour_losses(wm, actor, critic, slow_critic, return_norm, post, batch, args)
-    actor_opt.zero_grad(set_to_none=True)
-    critic_opt.zero_grad(set_to_none=True)
-    (actor_loss + critic_loss).backward()  # one pass: compiled, both losses are one graph; their parameters are disjoint
-    actor_grad_norm = average_and_clip(list(actor.parameters()), args.ac_grad_clip)
-    critic_grad_norm = average_and_clip(list(critic.parameters()), args.ac_grad_clip)
-    actor_opt.step()
-    critic_opt.step()
-    with torch.no_grad():  # slow critic: EMA of the critic
-        for slow, fast in zip(slow_critic.parameters(), critic.parameters()):
-            slow.lerp_(fast, args.slow_critic_fraction)
-    metrics = dict(
-        **{f"losses/{k}": v for k, v in losses.items()},
-        **{f"losses/{k}": v for k, v in wm_metrics.items()},
-        **{
-            "losses/model": wm_loss,
-            "losses/actor": actor_loss,
-            "losses/critic": critic_loss,
-            "losses/model_grad_norm": model_grad_norm,
-            "losses/actor_grad_norm": actor_grad_norm,
-            "losses/critic_grad_norm": critic_grad_norm,
-        },
-        **{f"charts/{k}" if k == "return_scale" else f"losses/{k}": v for k, v in ac_metrics.items()},
-    )
-    checks = {
-        **{f"{k} loss": v for k, v in losses.items()},
-        "world model gradient": model_grad_norm,
-        "actor loss": actor_loss + actor_grad_norm,
-        "critic loss": critic_loss + critic_grad_norm,
-    }
-    return next_carry, metrics, checks
-
-
-@torch.no_grad()
-def act(wm: WorldModel, actor: Actor, state: dict, prev_action, obs, is_first, greedy: bool):
-    """One policy step: filter the new frame into the state, then pick a one-hot action."""
-    embed = wm.encoder(obs)
-    state, _ = wm.rssm.obs_step(state, prev_action, embed, is_first)
-    log_probs = actor(wm.rssm.get_feat(state))
-    action = F.one_hot(log_probs.argmax(-1), log_probs.shape[-1]).float() if greedy else sample_onehot(log_probs)
-    return state, action
-
-
-@torch.no_grad()
-def dream_video(wm: WorldModel, batch: dict, context: int = 5, rows: int = 6) -> torch.Tensor:
-    """Open-loop video: observe `context` frames, then predict the rest from the actions alone.
-    Returns [1, T, 3, 3 * 64, rows * 64] uint8 with real frames, predictions and error stacked vertically."""
-    obs, action = batch["obs"][:, :rows], batch["action"][:, :rows]  # [T, b, C, H, W], [T, b, A]
-    b = obs.shape[1]
-    is_first = torch.zeros(obs.shape[:2], device=obs.device)
-    is_first[0] = 1
-    prev_actions = torch.cat([torch.zeros_like(action[:1]), action[:-1]], 0)
-    post, _ = wm.rssm.observe(wm.encoder(obs[:context]), prev_actions[:context], is_first[:context], wm.rssm.initial(b))
-    last = {k: v[-1] for k, v in post.items()}
-    prior = wm.rssm.imagine(action[context - 1 : -1], last)  # predicts steps context..T-1
-    feat = torch.cat([wm.rssm.get_feat(post), wm.rssm.get_feat(prior)], 0)
-    model = wm.decoder(feat).float().clamp(0, 1)  # [T, b, C, H, W]
-    truth = obs.float() / 255.0
-    video = torch.cat([truth, model, (model - truth + 1) / 2], -2)  # [T, b, C, 3H, W]
-    video = video.permute(0, 2, 3, 1, 4).reshape(video.shape[0], video.shape[2], video.shape[3], b * video.shape[4])
-    video = video.expand(-1, 3, -1, -1) if video.shape[1] == 1 else video
-    return (video[None] * 255).to(torch.uint8).cpu()
-
-
-def evaluate(wm, actor, env_fn, episodes: int, greedy: bool, device, autocast, seed: int) -> list:
-    """Play `episodes` full episodes in a fresh env and return their returns."""
-    env, returns = env_fn(), []
-    for episode in range(episodes):
-        obs, _ = env.reset(seed=seed if episode == 0 else None)
-        state, action = wm.rssm.initial(1), torch.zeros(1, env.action_space.n, device=device)
-        is_first, done, total = torch.ones(1, device=device), False, 0.0
-        while not done:
-            obs_t = torch.as_tensor(obs, device=device).permute(2, 0, 1)[None]
-            with autocast:
-                state, action = act(wm, actor, state, action, obs_t, is_first, greedy)
-            obs, reward, terminated, truncated, _ = env.step(int(action.argmax()))
-            total, done, is_first = total + float(reward), terminated or truncated, torch.zeros(1, device=device)
-        returns.append(total)
-    env.close()
-    return returns
-
-
-# ALGO LOGIC: the training loop's state
-@dataclass
-class Loop:
-    """What the training loop counts and carries, saved in every checkpoint and restored by --resume (`Run.start`,
-    `Run.save`): a new counter is one more field here. Numbers are the same on every rank; the rest (the TBPTT carry)
-    is each rank's own. A checkpoint written before a field existed resumes with the field's starting value."""
-
-    global_step: int = 0  # policy steps so far, all envs of all ranks
-    train_policy_steps: int = 0  # policy steps since training started: what the replay-ratio schedule is fed
-    gradient_steps: int = 0  # all ranks
-    last_eval: int = 0  # the policy step of the last evaluation
-    carry: tuple = ()  # (posterior state, action) where this rank's replay rows go on (TBPTT)
-
-
 # TRY NOT TO MODIFY: run plumbing. The same text in every script (tests/test_plumbing.py compares them): checks of
 # flags and checkpoints, torchrun, run directory and loggers, checkpoints, the stop on a signal, the progress line,
 # --eval-model and the end-of-run checks. A variant of the algorithm leaves it alone (docs: Forking a script).
@@ -1108,7 +399,7 @@ def set_malloc_for_speed():
     """Keep glibc from returning freed activation memory to the OS after every step (docs: Speed)."""
     try:
         libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-1, 2**30)  # M_TRIM_THRESHOLD
+        libc.mallopt(-1, 2**30)  # M_TRIM_THRESHOLD: keep up to 1 GiB of freed memory instead of returning it
         libc.mallopt(-4, 0)  # M_MMAP_MAX
     except (OSError, AttributeError):
         pass
@@ -1299,7 +590,7 @@ class Run:
             for key, obj in objects.items():
                 obj.load_state_dict(self.checkpoint[key])
 
-    def start(self, rb, envs, loop: Loop) -> Loop:
+    def start(self, rb, envs, loop: "Loop") -> "Loop":
         """The loop's state: --resume's, or `loop` as the main block made it for a fresh run. A field that the checkpoint
         lacks (a counter added after it was written) keeps that starting value. Also restores this rank's replay and
         random generators, installs the stop on SIGINT / SIGTERM, and starts the clocks of the progress line."""
@@ -1363,14 +654,14 @@ class Run:
         """Stop with one line if a gradient step since the last check had a non-finite loss or gradient norm."""
         self.nonfinite.check(self.last_checkpoint, self.checkpoint_path, self.args.precision)
 
-    def save(self, loop: Loop):
+    def save(self, loop: "Loop"):
         """Write this rank's checkpoint atomically; never one from after a non-finite loss."""
         self.loop = loop
         self.check_finite()
         save_checkpoint(self.checkpoint_path, self.state()[0])
         self.last_checkpoint = loop.global_step
 
-    def save_before_first_update(self, loop: Loop):
+    def save_before_first_update(self, loop: "Loop"):
         """A checkpoint from before the first gradient step, should training blow up early (the first round only)."""
         if self.last_checkpoint is None:
             self.save(loop)
@@ -1423,7 +714,7 @@ class Run:
         every = global_step % args.log_every < args.num_envs * args.world_size or global_step >= args.total_timesteps
         return args.rank == 0 and every
 
-    def log_progress(self, loop: Loop, episode_returns: list):
+    def log_progress(self, loop: "Loop", episode_returns: list):
         """Rank 0, when `log_due`: TensorBoard's charts/, the training metrics averaged over the gradient steps since the
         last log, and the actions' statistics since then (actions/); and the progress line with its ETA, which once
         training has started also comes every 30 s of wall-clock (hours can pass between two logs on a small CPU)."""
@@ -1446,6 +737,7 @@ class Run:
                 total, square, absolute, count = self.action_sums.cpu().double()
                 mean = total / count
                 if isinstance(self.envs.single_action_space, gym.spaces.Discrete):  # one-hot: each action's share
+                    # the clamp: an action never taken adds 0 log 0 = 0 to the entropy, not 0 x -inf = nan
                     stats = {"entropy": -(mean * mean.clamp(min=1e-12).log()).sum(), "top_share": mean.max()}
                 else:  # continuous: each dimension's mean, standard deviation and mean absolute value, averaged
                     std = (square / count - mean.square()).clamp(min=0).sqrt()
@@ -1511,6 +803,724 @@ class Run:
             dist.destroy_process_group()
 
 
+# ALGO LOGIC: helpers
+def symlog(x: torch.Tensor) -> torch.Tensor:
+    return torch.sign(x) * torch.log1p(x.abs())
+
+
+def symexp(x: torch.Tensor) -> torch.Tensor:
+    return torch.sign(x) * torch.expm1(x.abs())
+
+
+def twohot(x: torch.Tensor, bins: torch.Tensor) -> torch.Tensor:
+    """Encode x [...] as weights over ascending bins [K] -> [..., K]: the two neighbouring bins share the mass
+    in proportion to closeness, so sum(twohot(x) * bins) == x for x inside the bin range (clipped outside)."""
+    x = x.clamp(bins[0], bins[-1])
+    below = (torch.bucketize(x, bins, right=True) - 1).clamp(0, len(bins) - 1)  # largest bin <= x
+    above = (below + 1).clamp(max=len(bins) - 1)
+    span = bins[above] - bins[below]
+    # the clamp keeps the branch that `where` drops free of 0 / 0 (x on the last bin: below == above)
+    w_above = torch.where(span > 0, (x - bins[below]) / span.clamp(min=1e-8), torch.zeros_like(x))
+    weights = torch.zeros(*x.shape, len(bins), device=x.device, dtype=x.dtype)
+    weights.scatter_add_(-1, below[..., None], (1 - w_above)[..., None])
+    return weights.scatter_add_(-1, above[..., None], w_above[..., None])
+
+
+def twohot_loss(logits: torch.Tensor, target: torch.Tensor, bins: torch.Tensor) -> torch.Tensor:
+    """-log p(target) of a symlog twohot distribution: cross-entropy against twohot(symlog(target))."""
+    return -(twohot(symlog(target.float()), bins) * F.log_softmax(logits.float(), -1)).sum(-1)
+
+
+def twohot_mean(logits: torch.Tensor, bins: torch.Tensor) -> torch.Tensor:
+    return symexp((F.softmax(logits.float(), -1) * bins).sum(-1))
+
+
+def unimix_logits(logits: torch.Tensor, unimix: float) -> torch.Tensor:
+    """Mix a categorical with `unimix` of the uniform distribution; returns the log-probabilities."""
+    probs = F.softmax(logits.float(), -1)
+    return torch.log((1 - unimix) * probs + unimix / probs.shape[-1])
+
+
+def sample_onehot(logits: torch.Tensor) -> torch.Tensor:
+    """One-hot sample with straight-through gradients: forward is the sample, backward flows through the probs.
+    Drawn by inverse CDF, the first class whose cumulative probability exceeds one uniform number per categorical (the
+    same distribution as Gumbel-max, with one random number per categorical instead of one per class)."""
+    probs = F.softmax(logits, -1)
+    uniform = torch.rand_like(probs[..., :1], dtype=torch.float32)
+    index = (probs.float().cumsum(-1) < uniform).sum(-1, keepdim=True).clamp(max=probs.shape[-1] - 1)
+    sample = torch.zeros_like(probs).scatter_(-1, index, 1.0)
+    return sample + probs - probs.detach()
+
+
+def scan_steps(step, carry: dict, xs: tuple, chunk: int = 8) -> tuple:
+    """carry, y_t = step(carry, x_t) for t = 0..T-1 over the inputs xs [T, ...] -> (last carry, the y_t stacked [T, ...]).
+    Carry and y_t are dicts of tensors. Eagerly a Python loop. Under torch.compile (--compile) a scan over chunks of
+    `chunk` steps unrolled: the compiler optimises one chunk, whose steps fuse into few kernels, instead of every step
+    (a fully unrolled loop took at least 2.7 times as long to compile and ran slower; docs/speed.md)."""
+
+    def unroll(carry: dict, xs: tuple) -> tuple:
+        ys = []
+        for x in zip(*[v.unbind(0) for v in xs]):
+            carry, y = step(carry, x)
+            ys.append(y)
+        return carry, {k: torch.stack([y[k] for y in ys]) for k in ys[0]}
+
+    if not torch.compiler.is_compiling():
+        return unroll(carry, xs)
+    from torch._higher_order_ops.scan import scan  # private torch API, needed only under --compile: imported here
+
+    def unroll_chunk(carry: dict, xs: tuple) -> tuple:
+        carry, ys = unroll(carry, xs)
+        return {k: v.clone() for k, v in carry.items()}, ys  # a scan's outputs must not alias each other
+
+    steps = xs[0].shape[0]
+    chunk = next(c for c in range(min(chunk, steps), 0, -1) if steps % c == 0)  # the largest divisor of T up to `chunk`
+    carry, ys = scan(unroll_chunk, carry, tuple(v.unflatten(0, (steps // chunk, chunk)) for v in xs))
+    return carry, {k: v.flatten(0, 1) for k, v in ys.items()}
+
+
+def categorical_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
+    """KL(p || q) of [..., stoch, classes] categoricals, summed over the stoch latents -> [...]."""
+    p_log, q_log = F.log_softmax(p_logits.float(), -1), F.log_softmax(q_logits.float(), -1)
+    return (p_log.exp() * (p_log - q_log)).sum([-2, -1])
+
+
+def categorical_entropy(logits: torch.Tensor) -> torch.Tensor:
+    log_p = F.log_softmax(logits.float(), -1)
+    return -(log_p.exp() * log_p).sum(-1)
+
+
+def lambda_returns(reward, value, cont, gamma: float, lmbda: float) -> torch.Tensor:
+    """TD(lambda) returns of an imagined trajectory (DreamerV3 eq. 7), computed backwards:
+
+        R_t = r_{t+1} + gamma c_{t+1} ((1 - lambda) v_{t+1} + lambda R_{t+1}),   R_H = v_H
+
+    reward, cont: [H, N] for steps 1..H; value: [H+1, N] for steps 0..H. Returns R_0..R_{H-1}: [H, N]."""
+    disc = gamma * cont
+    interm = reward + disc * (1 - lmbda) * value[1:]
+    returns = [value[-1]]
+    for t in reversed(range(reward.shape[0])):
+        returns.append(interm[t] + disc[t] * lmbda * returns[-1])
+    return torch.stack(returns[1:][::-1])
+
+
+class ReturnNorm(nn.Module):
+    """Percentile return scale (DreamerV3 eq. 8): S = max(limit, EMA(P95(R)) - EMA(P5(R))). Advantages are divided by S,
+    so large returns are squashed and small ones are not amplified. Across processes the percentiles are averaged."""
+
+    def __init__(self, decay: float, limit: float, low: float = 0.05, high: float = 0.95):
+        super().__init__()
+        self.decay, self.limit = decay, limit
+        self.register_buffer("quantiles", torch.tensor([low, high]))
+        self.register_buffer("ema", torch.zeros(2))  # [P5, P95], starting from 0 as in the paper's code
+
+    @torch.no_grad()
+    def update(self, returns: torch.Tensor) -> torch.Tensor:
+        q = torch.quantile(returns.detach().float().flatten(), self.quantiles)
+        if dist.is_initialized():
+            dist.all_reduce(q)
+            q /= dist.get_world_size()
+        self.ema.mul_(self.decay).add_((1 - self.decay) * q)
+        return self.scale()
+
+    def scale(self) -> torch.Tensor:
+        return (self.ema[1] - self.ema[0]).clamp(min=self.limit)
+
+
+class SequenceReplay:
+    """TBPTT sequence replay: per-env ring buffers, sampled as [T, B] chunks (time-major).
+
+    Storage is [capacity // num_envs, num_envs, ...], one row per vector-env step; frames are uint8. Each of the B batch
+    rows remembers where it stands (an env and a monotonic step index g). A row continues with the chunk right after its
+    previous one, [g, g + T), so the world model starts it from the row's (detached) last posterior: truncated BPTT.
+    A row restarts from a uniformly random valid position [oldest, newest - T + 1] with a fresh state (is_first forced on
+    its first step) when its next chunk is not fully written yet, when its data was overwritten, with probability
+    `jump_prob`, or always with tbptt=False. So every stored step is replayed: starts are uniform over the buffer,
+    and rows then sweep forward through consecutive steps, across episode boundaries (is_first resets the state).
+    """
+
+    def __init__(self, capacity, num_envs, obs_shape, action_size, batch_size, batch_length, tbptt, jump_prob, seed):
+        self.capacity, self.num_envs = capacity // num_envs, num_envs
+        self.batch_size, self.batch_length, self.tbptt, self.jump_prob = batch_size, batch_length, tbptt, jump_prob
+        self.obs = np.zeros((self.capacity, num_envs, *obs_shape), np.uint8)
+        self.action = np.zeros((self.capacity, num_envs, action_size), np.float32)
+        self.reward = np.zeros((self.capacity, num_envs), np.float32)
+        self.is_first = np.zeros((self.capacity, num_envs), bool)
+        self.is_terminal = np.zeros((self.capacity, num_envs), bool)
+        self.added = 0  # steps added per env, never decreases; step g lives in slot g % capacity
+        self.row_env = np.zeros(batch_size, np.int64)
+        self.row_next = np.full(batch_size, -1, np.int64)  # step index of each row's next chunk; -1: start fresh
+        self.rng = np.random.default_rng(seed)
+
+    def add(self, obs, action, reward, is_first, is_terminal):
+        slot = self.added % self.capacity
+        self.obs[slot], self.action[slot], self.reward[slot] = obs, action, reward
+        self.is_first[slot], self.is_terminal[slot] = is_first, is_terminal
+        self.added += 1
+
+    def __len__(self) -> int:
+        return min(self.added, self.capacity) * self.num_envs
+
+    def can_sample(self) -> bool:
+        return min(self.added, self.capacity) >= self.batch_length
+
+    def sample(self) -> dict:
+        T, B = self.batch_length, self.batch_size
+        oldest, last_start = max(0, self.added - self.capacity), self.added - T
+        keep = (self.row_next >= oldest) & (self.row_next <= last_start) & (self.rng.random(B) >= self.jump_prob)
+        fresh = ~keep if self.tbptt else np.ones(B, bool)
+        self.row_env[fresh] = self.rng.integers(0, self.num_envs, fresh.sum())
+        self.row_next[fresh] = self.rng.integers(oldest, last_start + 1, fresh.sum())
+        slots = (self.row_next[None] + np.arange(T)[:, None]) % self.capacity  # [T, B]
+        envs = self.row_env[None].repeat(T, 0)  # [T, B]
+        batch = dict(
+            obs=self.obs[slots, envs],
+            action=self.action[slots, envs],
+            reward=self.reward[slots, envs],
+            is_first=self.is_first[slots, envs],
+            is_terminal=self.is_terminal[slots, envs],
+        )
+        batch["is_first"][0, fresh] = True  # a fresh row starts from the initial state, whatever the carry holds
+        self.row_next += T
+        return batch
+
+    def state_dict(self, with_data: bool) -> dict:
+        state = dict(
+            added=self.added, row_env=self.row_env.copy(), row_next=self.row_next.copy(), rng=self.rng.bit_generator.state
+        )
+        if with_data:
+            n = min(self.added, self.capacity)
+            for key in ("obs", "action", "reward", "is_first", "is_terminal"):
+                state[key] = torch.from_numpy(getattr(self, key)[:n].copy())
+        return state
+
+    def load_state_dict(self, state: dict):
+        self.rng.bit_generator.state = state["rng"]
+        if "obs" not in state:  # the buffer was not saved: start empty, rows start fresh
+            return
+        self.added, self.row_env[:], self.row_next[:] = state["added"], state["row_env"], state["row_next"]
+        for key in ("obs", "action", "reward", "is_first", "is_terminal"):
+            data = state[key].numpy()
+            getattr(self, key)[: len(data)] = data
+
+
+# ALGO LOGIC: networks
+def init_weights(module: nn.Module, scale: float = 1.0):
+    """Truncated normal with fan-average variance scaling (the paper's code), zero biases; scale 0 gives zeros. Every other
+    layer with parameters initialises them in its own `reset_parameters()` (LayerNorm: ones and zeros); one without that
+    method stops the run with one line naming it: no parameter keeps the uninitialised memory of `torch.empty`."""
+    for name, m in module.named_modules():
+        if isinstance(m, (nn.Linear, nn.Conv2d, nn.ConvTranspose2d)):
+            fan_in, fan_out = nn.init._calculate_fan_in_and_fan_out(m.weight)
+            # 0.8796...: the std of a unit normal truncated to [-2, 2]; so the truncated draws have variance scale / fan_avg
+            std = (scale / ((fan_in + fan_out) / 2)) ** 0.5 / 0.87962566103423978
+            nn.init.trunc_normal_(m.weight, 0.0, std, -2 * std, 2 * std) if scale > 0 else nn.init.zeros_(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif next(m.parameters(recurse=False), None) is not None:  # any other layer: LayerNorm, or a fork's new one
+            if not hasattr(m, "reset_parameters"):
+                where = f"{type(module).__name__}.{name or 'self'} ({type(m).__name__})"
+                shapes = ", ".join(f"{n} {tuple(p.shape)}" for n, p in m.named_parameters(recurse=False))
+                fail(f"init_weights: {where} has parameters with no initialisation rule ({shapes}); give it a "
+                     "reset_parameters() method or a rule in init_weights")  # fmt: skip
+            m.reset_parameters()
+
+
+def dense(in_features: int, out_features: int) -> nn.Sequential:
+    """Linear -> LayerNorm -> SiLU, the building block of every DreamerV3 MLP (no bias before a norm). Every LayerNorm of
+    the script (here, ChannelNorm, the GRU's) has epsilon 1e-3, as in the paper's 2023 code (torch's default: 1e-5)."""
+    return nn.Sequential(nn.Linear(in_features, out_features, bias=False), nn.LayerNorm(out_features, eps=1e-3), nn.SiLU())
+
+
+class ChannelNorm(nn.LayerNorm):
+    """LayerNorm over the channels of each pixel of a [N, C, H, W] tensor."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+class MLP(nn.Module):
+    def __init__(self, in_features: int, out_features: int, units: int, layers: int, out_scale: float = 1.0):
+        super().__init__()
+        sizes = [in_features] + [units] * layers
+        self.hidden = nn.Sequential(*[dense(i, o) for i, o in zip(sizes[:-1], sizes[1:])])
+        self.out = nn.Linear(sizes[-1], out_features)
+        init_weights(self)
+        init_weights(self.out, out_scale)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.hidden(x))
+
+
+class Encoder(nn.Module):
+    """64x64 image -> embed: four stride-2 4x4 convs (depth x 1, 2, 4, 8) down to 4x4, each with LayerNorm and SiLU."""
+
+    def __init__(self, channels: int, cnn_depth: int):
+        super().__init__()
+        layers, in_ch = [], channels
+        for i in range(4):
+            out_ch = cnn_depth * 2**i
+            layers += [nn.Conv2d(in_ch, out_ch, 4, 2, 1, bias=False), ChannelNorm(out_ch, eps=1e-3), nn.SiLU()]
+            in_ch = out_ch
+        self.net = nn.Sequential(*layers)
+        self.embed_size = in_ch * 4 * 4
+        init_weights(self)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        lead = obs.shape[:-3]  # [T, B] or [B]
+        x = obs.reshape(-1, *obs.shape[-3:]).float() / 255.0 - 0.5  # pixels centred on 0, as in the paper's code
+        x = self.net(x.contiguous(memory_format=torch.channels_last))
+        return x.reshape(*lead, -1)  # [..., embed]
+
+
+class Decoder(nn.Module):
+    """feat -> 64x64 image mean: a linear layer to 4x4 x 8 depth, then four stride-2 transposed convs."""
+
+    def __init__(self, feat_size: int, channels: int, cnn_depth: int):
+        super().__init__()
+        self.depth = cnn_depth * 8
+        self.linear = nn.Linear(feat_size, self.depth * 4 * 4)
+        layers, in_ch = [], self.depth
+        for i in range(3):
+            out_ch = in_ch // 2
+            layers += [nn.ConvTranspose2d(in_ch, out_ch, 4, 2, 1, bias=False), ChannelNorm(out_ch, eps=1e-3), nn.SiLU()]
+            in_ch = out_ch
+        layers.append(nn.ConvTranspose2d(in_ch, channels, 4, 2, 1))
+        self.net = nn.Sequential(*layers)
+        init_weights(self)
+
+    def forward(self, feat: torch.Tensor) -> torch.Tensor:
+        lead = feat.shape[:-1]
+        x = self.linear(feat.reshape(-1, feat.shape[-1])).reshape(-1, self.depth, 4, 4)
+        x = self.net(x.contiguous(memory_format=torch.channels_last))
+        return (x + 0.5).reshape(*lead, *x.shape[1:])  # [..., C, 64, 64], pixels in [0, 1]: the encoder's centring undone
+
+
+class RSSM(nn.Module):
+    """Recurrent state-space model (DreamerV3 eq. 1), time-major: sequences are [T, B, ...], one step is [B, ...].
+
+        sequence model:        h_t = f(h_{t-1}, z_{t-1}, a_{t-1})      (LayerNorm GRU)
+        representation model:  z_t ~ q(z_t | h_t, x_t)                (post, sees the embedded image x_t)
+        dynamics predictor:    z^_t ~ p(z^_t | h_t)                   (prior, used for imagination)
+
+    A state is a dict: deter h_t [B, deter_size], stoch z_t [B, stoch, classes] (one-hot, straight-through), logits
+    [B, stoch, classes] (log-probs after the 1% unimix). feat = cat(h_t, flatten(z_t)) feeds every head.
+    How one replayed chunk lines up (row b, t = 0..T-1):
+
+        t          0      1      2      3   ...
+        obs        o_0    o_1    o_2    o_3         o_t: the frame seen at step t
+        reward     r_0    r_1    r_2    r_3         r_t: reward that came with o_t
+        is_first   1      0      0      0           o_t began an episode: reset to the initial state
+        is_term    0      0      0      1           o_t ended the episode by termination (continue target 0)
+        action     a_0    a_1    a_2    a_3         a_t: chosen after seeing o_t
+        obs_step   (h_{-1}, z_{-1}, a_{-1}) + o_0 -> post_0;  (post_0, a_0) + o_1 -> post_1;  ...
+
+    so step t consumes the previous action a_{t-1}; for t = 0 it is the carried one (TBPTT) or zero.
+    """
+
+    def __init__(self, action_size, embed_size, deter_size, stoch_size, classes, hidden_size, unimix):
+        super().__init__()
+        self.stoch_size, self.classes, self.unimix = stoch_size, classes, unimix
+        self.img_in = dense(stoch_size * classes + action_size, hidden_size)
+        self.gru = nn.Linear(hidden_size + deter_size, 3 * deter_size, bias=False)
+        self.gru_norm = nn.LayerNorm(3 * deter_size, eps=1e-3)
+        self.img_out = dense(deter_size, hidden_size)
+        self.img_logits = nn.Linear(hidden_size, stoch_size * classes)
+        self.obs_out = dense(deter_size + embed_size, hidden_size)
+        self.obs_logits = nn.Linear(hidden_size, stoch_size * classes)
+        self.initial_deter = nn.Parameter(torch.empty(deter_size))  # learned initial state, h_0 = tanh(w)
+        init_weights(self)
+
+    def reset_parameters(self):
+        """init_weights' rule for the RSSM's own parameter: w = 0, so h_0 starts at tanh(0) = 0 as in the paper's code."""
+        nn.init.zeros_(self.initial_deter)
+
+    def _logits(self, layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        return unimix_logits(layer(x).reshape(*x.shape[:-1], self.stoch_size, self.classes), self.unimix)
+
+    def initial(self, batch_size: int) -> dict:
+        deter = torch.tanh(self.initial_deter)[None]  # [1, deter]
+        logits = self._logits(self.img_logits, self.img_out(deter))
+        stoch = F.one_hot(logits.argmax(-1), self.classes).to(deter.dtype)  # mode of the prior
+        return {k: v.expand(batch_size, *v.shape[1:]) for k, v in dict(deter=deter, stoch=stoch, logits=logits).items()}
+
+    def get_feat(self, state: dict) -> torch.Tensor:
+        return torch.cat([state["deter"], state["stoch"].flatten(-2)], -1)  # [..., deter + stoch * classes]
+
+    def deter_step(self, prev_state: dict, prev_action: torch.Tensor) -> torch.Tensor:
+        """Sequence model: h_t = GRU(h_{t-1}, MLP(z_{t-1}, a_{t-1})) -> deter [B, deter]."""
+        x = self.img_in(torch.cat([prev_state["stoch"].flatten(-2), prev_action], -1))
+        deter = prev_state["deter"]
+        reset, cand, update = self.gru_norm(self.gru(torch.cat([x, deter], -1)).float()).chunk(3, -1)
+        cand = torch.tanh(torch.sigmoid(reset) * cand)
+        update = torch.sigmoid(update - 1)  # biased towards keeping the old state
+        return update * cand + (1 - update) * deter
+
+    def prior_logits(self, deter: torch.Tensor) -> torch.Tensor:
+        """Dynamics predictor: the prior's log-probabilities [..., stoch, classes] from h_t alone."""
+        return self._logits(self.img_logits, self.img_out(deter))
+
+    def img_step(self, prev_state: dict, prev_action: torch.Tensor) -> dict:
+        """Prior step: h_t = GRU(h_{t-1}, MLP(z_{t-1}, a_{t-1})), z^_t ~ p(. | h_t)."""
+        deter = self.deter_step(prev_state, prev_action)  # [B, deter]
+        logits = self.prior_logits(deter)  # [B, stoch, classes]
+        return dict(deter=deter, stoch=sample_onehot(logits), logits=logits)
+
+    def obs_step(self, prev_state: dict, prev_action: torch.Tensor, embed: torch.Tensor, is_first: torch.Tensor):
+        """Posterior step. Where is_first [B] is set, the previous state and action are replaced by the initial ones."""
+        first = is_first.bool()[:, None]  # [B, 1]
+        init = self.initial(len(is_first))
+        prev_state = {k: torch.where(first if v.dim() == 2 else first[..., None], init[k], v) for k, v in prev_state.items()}
+        prior = self.img_step(prev_state, torch.where(first, torch.zeros_like(prev_action), prev_action))
+        logits = self._logits(self.obs_logits, self.obs_out(torch.cat([prior["deter"], embed], -1)))
+        post = dict(deter=prior["deter"], stoch=sample_onehot(logits), logits=logits)
+        return post, prior
+
+    def observe(self, embed, prev_actions, is_first, state: dict):
+        """Filter a sequence: embed [T, B, E], prev_actions [T, B, A] (a_{t-1}), is_first [T, B] -> post, prior [T, B, ...].
+
+        The same maths as calling obs_step at every t (a test checks it), arranged for speed: only what depends on the
+        previous step stays in the loop. The embedding's share of the posterior's first layer, W [h; e] = W_h h + W_e e,
+        runs once on all T x B rows before the loop, and the prior's output layers, which read only h_t, once after it.
+        The prior carries deter and logits: nothing samples from it here."""
+        first = is_first.bool()[..., None]  # [T, B, 1]
+        init = self.initial(embed.shape[1])
+        w_deter, w_embed = self.obs_out[0].weight.split([init["deter"].shape[-1], embed.shape[-1]], 1)
+        embed_in = F.linear(embed, w_embed)  # [T, B, hidden]: W_e e for every step at once
+        w_deter = w_deter.to(embed_in.dtype)  # under autocast: cast the slice once, not at every step
+        norm_act = self.obs_out[1:]
+
+        def step(state: dict, inputs: tuple) -> tuple:
+            embed_t, action_t, first_t = inputs
+            state = {k: torch.where(first_t if v.dim() == 2 else first_t[..., None], init[k], v) for k, v in state.items()}
+            deter = self.deter_step(state, torch.where(first_t, torch.zeros_like(action_t), action_t))
+            hidden = norm_act(F.linear(deter, w_deter) + embed_t)  # LayerNorm and SiLU of W_h h + W_e e
+            logits = self._logits(self.obs_logits, hidden)
+            state = dict(deter=deter, stoch=sample_onehot(logits), logits=logits)
+            return state, state
+
+        _, post = scan_steps(step, state, (embed_in, prev_actions, first))
+        return post, dict(deter=post["deter"], logits=self.prior_logits(post["deter"]))
+
+    def imagine(self, actions: torch.Tensor, state: dict) -> dict:
+        """Open-loop prediction with given actions [T, B, A] from a state [B, ...] -> priors [T, B, ...]."""
+        priors = []
+        for t in range(actions.shape[0]):
+            state = self.img_step(state, actions[t])
+            priors.append(state)
+        return {k: torch.stack([s[k] for s in priors]) for k in priors[0]}
+
+
+class WorldModel(nn.Module):
+    def __init__(self, obs_shape, action_size, args: Args):
+        super().__init__()
+        channels = obs_shape[0]
+        self.encoder = Encoder(channels, args.cnn_depth)
+        self.rssm = RSSM(
+            action_size, self.encoder.embed_size, args.deter_size, args.stoch_size, args.classes, args.hidden_size, args.unimix
+        )
+        feat_size = args.deter_size + args.stoch_size * args.classes
+        self.decoder = Decoder(feat_size, channels, args.cnn_depth)
+        self.reward = MLP(feat_size, args.reward_bins, args.mlp_units, args.mlp_layers, out_scale=0.0)
+        self.cont = MLP(feat_size, 1, args.mlp_units, args.mlp_layers)
+        self.register_buffer("bins", torch.linspace(-20, 20, args.reward_bins))  # symlog space: up to +-symexp(20) = 4.9e8
+
+
+class Actor(nn.Module):
+    """pi(a_t | s_t): a categorical over the discrete actions with 1% unimix."""
+
+    def __init__(self, feat_size: int, action_size: int, units: int, layers: int, unimix: float):
+        super().__init__()
+        self.net, self.unimix = MLP(feat_size, action_size, units, layers), unimix
+
+    def forward(self, feat: torch.Tensor) -> torch.Tensor:
+        return unimix_logits(self.net(feat), self.unimix)  # [..., A] log-probabilities
+
+
+class Critic(nn.Module):
+    """v(s_t): a symlog twohot distribution over --reward-bins bins (255), output layer zero-initialised."""
+
+    def __init__(self, feat_size: int, bins: int, units: int, layers: int):
+        super().__init__()
+        self.net = MLP(feat_size, bins, units, layers, out_scale=0.0)
+
+    def forward(self, feat: torch.Tensor) -> torch.Tensor:
+        return self.net(feat)  # [..., bins] logits
+
+
+# ALGO LOGIC: losses
+def world_model_loss(wm: WorldModel, batch: dict, carry: tuple, scales: dict, kl_free: float):
+    """Sum of the world model losses on a [T, B] batch (DreamerV3 eq. 5):
+
+        L = image + reward + cont + dyn_scale * max(free, KL[sg(post) || prior]) + rep_scale * max(free, KL[post || sg(prior)])
+
+    image: squared error summed over pixels; reward: symlog twohot; cont: Bernoulli on 1 - is_terminal. The free-bits
+    clip applies per time step. Returns (loss, losses, post, new carry, metrics); post is the filtered [T, B] states."""
+    prev_state, prev_action = carry
+    embed = wm.encoder(batch["obs"])  # [T, B, embed]
+    prev_actions = torch.cat([prev_action[None], batch["action"][:-1]], 0)  # [T, B, A]: a_{t-1}
+    post, prior = wm.rssm.observe(embed, prev_actions, batch["is_first"], prev_state)
+    feat = wm.rssm.get_feat(post)  # [T, B, feat]
+    recon = wm.decoder(feat)  # [T, B, C, 64, 64]
+    losses = {
+        "image": (recon.float() - batch["obs"].float() / 255.0).square().sum([-3, -2, -1]),
+        "reward": twohot_loss(wm.reward(feat), batch["reward"], wm.bins),
+        "cont": F.binary_cross_entropy_with_logits(
+            wm.cont(feat).squeeze(-1).float(), 1.0 - batch["is_terminal"].float(), reduction="none"
+        ),
+        "dyn": categorical_kl(post["logits"].detach(), prior["logits"]).clamp(min=kl_free),
+        "rep": categorical_kl(post["logits"], prior["logits"].detach()).clamp(min=kl_free),
+    }
+    assert losses.keys() == scales.keys(), (losses.keys(), scales.keys())
+    loss = sum(scales[k] * v.mean() for k, v in losses.items())
+    new_carry = ({k: v[-1].detach().clone() for k, v in post.items()}, batch["action"][-1].clone())  # copies, not views
+    metrics = {
+        "kl": categorical_kl(post["logits"].detach(), prior["logits"].detach()).mean(),
+        "prior_entropy": categorical_entropy(prior["logits"].detach()).sum(-1).mean(),
+        "post_entropy": categorical_entropy(post["logits"].detach()).sum(-1).mean(),
+    }
+    return loss, {k: v.mean() for k, v in losses.items()}, post, new_carry, metrics
+
+
+def imagine_with_actor(wm: WorldModel, actor: Actor, start: dict, horizon: int):
+    """Roll the prior forward `horizon` steps from every start state [N, ...], acting with the actor.
+
+        s_0 --a_0--> s_1 --a_1--> ... --a_{H-1}--> s_H,   a_t ~ pi(. | s_t)
+
+    Returns feats [H+1, N, feat], actions [H, N, A] and the actor's log-probabilities [H, N, A] at s_0..s_{H-1}. With
+    REINFORCE (discrete actions) no gradient flows through the imagined dynamics, so the world model runs without
+    building a graph; the log-probabilities keep theirs, and the actor loss uses them instead of running the actor on
+    the same states again (the same numbers: nothing updates the actor in between)."""
+    state, feats, actions, log_probs = start, [wm.rssm.get_feat(start)], [], []
+    for _ in range(horizon):
+        log_probs.append(actor(feats[-1]))
+        with torch.no_grad():
+            action = sample_onehot(log_probs[-1])
+            state = wm.rssm.img_step(state, action)
+            feats.append(wm.rssm.get_feat(state))
+        actions.append(action)
+    return torch.stack(feats), torch.stack(actions), torch.stack(log_probs)
+
+
+def actor_critic_loss(wm, critic, slow_critic, return_norm, feats, actions, log_probs, first_cont, args: Args):
+    """Actor and critic losses on an imagined trajectory (DreamerV3 eqs. 7-11).
+
+    rewards r_t and continue flags c_t come from the world model heads at s_1..s_H (c_0 is 1 - is_terminal of the start);
+    weight_t = prod_{k<=t} gamma c_k / gamma discounts steps after a predicted episode end.
+        critic: -log p_v(R_t | s_t) - slow_reg log p_v(v_slow(s_t) | s_t), weighted
+        actor:  -(log pi(a_t | s_t) sg((R_t - v(s_t)) / S) + eta H[pi(. | s_t)]), weighted     (REINFORCE)
+    """
+    if torch.is_autocast_enabled(feats.device.type):  # each head would cast feats to bf16 on its own: cast them once
+        feats = feats.to(torch.get_autocast_dtype(feats.device.type))
+    with torch.no_grad():
+        reward = twohot_mean(wm.reward(feats[1:]), wm.bins)  # [H, N]
+        cont = torch.cat([first_cont[None], (wm.cont(feats[1:]).squeeze(-1) > 0).float()], 0)  # [H+1, N]
+        weight = torch.cumprod(args.gamma * cont, 0) / args.gamma  # [H+1, N]
+        slow_value = twohot_mean(slow_critic(feats[:-1]), wm.bins)  # [H, N]
+    value_logits = critic(feats)  # [H+1, N, bins]
+    value = twohot_mean(value_logits.detach(), wm.bins)  # [H+1, N]
+    returns = lambda_returns(reward, value, cont[1:], args.gamma, args.lmbda)  # [H, N]
+    scale = return_norm.update(returns)
+    advantage = (returns - value[:-1]) / scale  # [H, N]
+    log_pi = (actions * log_probs).sum(-1)  # log_probs [H, N, A]: the actor's, from imagine_with_actor
+    entropy = -(log_probs.exp() * log_probs).sum(-1)
+    actor_loss = (-(log_pi * advantage + args.actor_entropy * entropy) * weight[:-1]).mean()
+    critic_loss = twohot_loss(value_logits[:-1], returns, wm.bins) + args.slow_critic_reg * twohot_loss(
+        value_logits[:-1], slow_value, wm.bins
+    )
+    critic_loss = (critic_loss * weight[:-1]).mean()
+    metrics = dict(
+        return_scale=scale,
+        actor_entropy=entropy.mean(),
+        imagined_return=returns.mean(),
+        imagined_reward=reward.mean(),
+        value=value.mean(),
+    )
+    return actor_loss, critic_loss, metrics
+
+
+def behaviour_losses(wm, actor, critic, slow_critic, return_norm, post: dict, batch: dict, args: Args) -> tuple:
+    """Imagine from every posterior state of the batch, then the actor and critic losses (one function: --compile
+    compiles it whole)."""
+    start = {k: v.detach().flatten(0, 1) for k, v in post.items()}  # [T * B, ...]
+    feats, imagined_actions, log_probs = imagine_with_actor(wm, actor, start, args.imagination_horizon)
+    first_cont = 1.0 - batch["is_terminal"].float().flatten(0, 1)
+    return actor_critic_loss(wm, critic, slow_critic, return_norm, feats, imagined_actions, log_probs, first_cont, args)
+
+
+def compile_loss_fns(device: torch.device) -> tuple:
+    """--compile: torch.compile the gradient step's two halves whole, each with its backward pass: the world model loss
+    (encoder, the observe loop as a chunked scan, decoder, heads) and the behaviour losses (imagination, actor, critic).
+    No graph break is allowed (fullgraph). The optimizer steps stay eager, between them: the world model is updated
+    before imagination, as in the paper's code. On CUDA also CUDA graphs ("reduce-overhead"): each half replays as one
+    launch, so the step is not bound by thousands of kernel launches. Returns the compiled pair, which the main block
+    passes to train_step as its `loss_fns`; the module's own two functions stay eager, so a second call wraps nothing
+    twice."""
+    mode = "reduce-overhead" if device.type == "cuda" else None
+    loss_fns = tuple(torch.compile(fn, fullgraph=True, mode=mode) for fn in (world_model_loss, behaviour_losses))
+    if device.type == "cuda":  # a replayed graph overwrites its outputs: copy out what outlives the step (carry, metrics)
+        loss_fns = tuple(copy_outputs(fn) for fn in loss_fns)
+    return loss_fns
+
+
+def copy_outputs(function):
+    """function, with every tensor it returns copied out of the CUDA graph's memory."""
+    return lambda *args: torch.utils._pytree.tree_map_only(torch.Tensor, torch.clone, function(*args))
+
+
+def backward_and_clip(loss: torch.Tensor, params: list, clip: float) -> torch.Tensor:
+    """loss.backward(), then (under torchrun) average the gradients over processes, then clip; returns the grad norm."""
+    loss.backward()
+    return average_and_clip(params, clip)
+
+
+def average_and_clip(params: list, clip: float) -> torch.Tensor:
+    """Average the gradients over processes (under torchrun), then clip them; returns the grad norm."""
+    if dist.is_initialized():
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.flatten() for g in grads])
+        dist.all_reduce(flat)
+        flat /= dist.get_world_size()
+        for p, g in zip(params, flat.split([g.numel() for g in grads])):
+            p.grad = torch.empty_like(p).copy_(g.view_as(p))  # in p's memory layout, as fused Adam reads it
+    return nn.utils.clip_grad_norm_(params, clip)
+
+
+class DeviceBatch:
+    """The replay's numpy batches as tensors on `device`. On the CPU: the arrays themselves (no copy). On CUDA: copied
+    into device tensors that the first batch allocates and every later one reuses, through pinned memory, so that each
+    copy is queued behind the previous gradient step (which still reads the tensors) without waiting for the device.
+    With `static` (--compile), the tensors are marked as static addresses: the compiled step's CUDA graphs then read the
+    batch where it lies instead of first copying it into their own memory."""
+
+    def __init__(self, device: torch.device, static: bool = False):
+        self.device, self.static, self.buffers = device, static, None
+
+    def __call__(self, batch: dict) -> dict:
+        if self.device.type != "cuda":
+            return {k: torch.as_tensor(v) for k, v in batch.items()}
+        if self.buffers is None:
+            self.buffers = {k: torch.empty_like(torch.from_numpy(v), device=self.device) for k, v in batch.items()}
+            if self.static:  # --compile: the CUDA graphs read the batch in place
+                for buffer in self.buffers.values():
+                    torch._dynamo.mark_static_address(buffer)
+        for k, v in batch.items():
+            self.buffers[k].copy_(torch.from_numpy(v).pin_memory(), non_blocking=True)
+        return self.buffers
+
+
+def train_step(wm, actor, critic, slow_critic, return_norm, model_opt, actor_opt, critic_opt, batch: dict, carry: tuple,
+               loss_scales: dict, args: Args, autocast,
+               loss_fns: tuple = (world_model_loss, behaviour_losses)) -> tuple:  # fmt: skip
+    """One gradient step: the world model on the batch, then the actor and critic on imagined trajectories that start
+    from every posterior state of it, then the slow critic. `loss_fns`: the functions that compute the losses
+    (--compile passes compiled copies, compile_loss_fns). Returns the TBPTT carry for the next batch, the metrics to
+    log and the values whose finiteness the loop checks (device tensors all: nothing here waits for the device)."""
+    world_model_loss_fn, behaviour_losses_fn = loss_fns  # the eager world_model_loss and behaviour_losses, or compiled copies
+    with autocast:
+        wm_loss, losses, post, next_carry, wm_metrics = world_model_loss_fn(wm, batch, carry, loss_scales, args.kl_free)
+    model_opt.zero_grad(set_to_none=True)
+    model_grad_norm = backward_and_clip(wm_loss, list(wm.parameters()), args.model_grad_clip)
+    model_opt.step()
+    with autocast:
+        actor_loss, critic_loss, ac_metrics = behaviour_losses_fn(
+            wm, actor, critic, slow_critic, return_norm, post, batch, args
+        )
+    actor_opt.zero_grad(set_to_none=True)
+    critic_opt.zero_grad(set_to_none=True)
+    (actor_loss + critic_loss).backward()  # one pass: compiled, both losses are one graph; their parameters are disjoint
+    actor_grad_norm = average_and_clip(list(actor.parameters()), args.ac_grad_clip)
+    critic_grad_norm = average_and_clip(list(critic.parameters()), args.ac_grad_clip)
+    actor_opt.step()
+    critic_opt.step()
+    with torch.no_grad():  # slow critic: EMA of the critic
+        for slow, fast in zip(slow_critic.parameters(), critic.parameters()):
+            slow.lerp_(fast, args.slow_critic_fraction)
+    metrics = dict(
+        **{f"losses/{k}": v for k, v in losses.items()},
+        **{f"losses/{k}": v for k, v in wm_metrics.items()},
+        **{
+            "losses/model": wm_loss,
+            "losses/actor": actor_loss,
+            "losses/critic": critic_loss,
+            "losses/model_grad_norm": model_grad_norm,
+            "losses/actor_grad_norm": actor_grad_norm,
+            "losses/critic_grad_norm": critic_grad_norm,
+        },
+        **{f"charts/{k}" if k == "return_scale" else f"losses/{k}": v for k, v in ac_metrics.items()},
+    )
+    checks = {
+        **{f"{k} loss": v for k, v in losses.items()},
+        "world model gradient": model_grad_norm,
+        "actor loss": actor_loss + actor_grad_norm,
+        "critic loss": critic_loss + critic_grad_norm,
+    }
+    return next_carry, metrics, checks
+
+
+@torch.no_grad()
+def act(wm: WorldModel, actor: Actor, state: dict, prev_action, obs, is_first, greedy: bool):
+    """One policy step: filter the new frame into the state, then pick a one-hot action."""
+    embed = wm.encoder(obs)
+    state, _ = wm.rssm.obs_step(state, prev_action, embed, is_first)
+    log_probs = actor(wm.rssm.get_feat(state))
+    action = F.one_hot(log_probs.argmax(-1), log_probs.shape[-1]).float() if greedy else sample_onehot(log_probs)
+    return state, action
+
+
+@torch.no_grad()
+def dream_video(wm: WorldModel, batch: dict, context: int = 5, rows: int = 6) -> torch.Tensor:
+    """Open-loop video: observe `context` frames, then predict the rest from the actions alone.
+    Returns [1, T, 3, 3 * 64, rows * 64] uint8 with real frames, predictions and error stacked vertically."""
+    obs, action = batch["obs"][:, :rows], batch["action"][:, :rows]  # [T, b, C, H, W], [T, b, A]
+    b = obs.shape[1]
+    is_first = torch.zeros(obs.shape[:2], device=obs.device)
+    is_first[0] = 1
+    prev_actions = torch.cat([torch.zeros_like(action[:1]), action[:-1]], 0)
+    post, _ = wm.rssm.observe(wm.encoder(obs[:context]), prev_actions[:context], is_first[:context], wm.rssm.initial(b))
+    last = {k: v[-1] for k, v in post.items()}
+    prior = wm.rssm.imagine(action[context - 1 : -1], last)  # predicts steps context..T-1
+    feat = torch.cat([wm.rssm.get_feat(post), wm.rssm.get_feat(prior)], 0)
+    model = wm.decoder(feat).float().clamp(0, 1)  # [T, b, C, H, W]
+    truth = obs.float() / 255.0
+    video = torch.cat([truth, model, (model - truth + 1) / 2], -2)  # [T, b, C, 3H, W]
+    video = video.permute(0, 2, 3, 1, 4).reshape(video.shape[0], video.shape[2], video.shape[3], b * video.shape[4])
+    video = video.expand(-1, 3, -1, -1) if video.shape[1] == 1 else video
+    return (video[None] * 255).to(torch.uint8).cpu()
+
+
+def evaluate(wm, actor, env_fn, episodes: int, greedy: bool, device, autocast, seed: int) -> list:
+    """Play `episodes` full episodes in a fresh env and return their returns."""
+    env, returns = env_fn(), []
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=seed if episode == 0 else None)
+        state, action = wm.rssm.initial(1), torch.zeros(1, env.action_space.n, device=device)
+        is_first, done, total = torch.ones(1, device=device), False, 0.0
+        while not done:
+            obs_t = torch.as_tensor(obs, device=device).permute(2, 0, 1)[None]
+            with autocast:
+                state, action = act(wm, actor, state, action, obs_t, is_first, greedy)
+            obs, reward, terminated, truncated, _ = env.step(int(action.argmax()))
+            total, done, is_first = total + float(reward), terminated or truncated, torch.zeros(1, device=device)
+        returns.append(total)
+    env.close()
+    return returns
+
+
+# ALGO LOGIC: the training loop's state
+@dataclass
+class Loop:
+    """What the training loop counts and carries, saved in every checkpoint and restored by --resume (`Run.start`,
+    `Run.save`): a new counter is one more field here. Numbers are the same on every rank; the rest (the TBPTT carry)
+    is each rank's own. A checkpoint written before a field existed resumes with the field's starting value."""
+
+    global_step: int = 0  # policy steps so far, all envs of all ranks
+    train_policy_steps: int = 0  # policy steps since training started: what the replay-ratio schedule is fed
+    gradient_steps: int = 0  # all ranks
+    last_eval: int = 0  # the policy step of the last evaluation
+    carry: tuple = ()  # (posterior state, action) where this rank's replay rows go on (TBPTT)
+
+
 if __name__ == "__main__":
     args = tyro.cli(Args)
     run = Run(args)  # checks the flags (and the checkpoint of --resume), torchrun, run directory, TensorBoard, wandb
@@ -1551,8 +1561,8 @@ if __name__ == "__main__":
     actor_opt = torch.optim.Adam(actor.parameters(), lr=args.actor_lr, eps=args.ac_eps, fused=True)
     critic_opt = torch.optim.Adam(critic.parameters(), lr=args.critic_lr, eps=args.ac_eps, fused=True)
     loss_scales = {"image": 1.0, "reward": 1.0, "cont": 1.0, "dyn": args.dyn_scale, "rep": args.rep_scale}
-    if args.compile:
-        compile_gradient_step(device)
+    # the loss functions that train_step calls: as defined above, or compiled whole (--compile)
+    loss_fns = compile_loss_fns(device) if args.compile else (world_model_loss, behaviour_losses)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
     if run.saved:  # --eval-model: play, log eval/ and the videos, train nothing
         wm.load_state_dict(run.saved["wm"])
@@ -1619,7 +1629,7 @@ if __name__ == "__main__":
                 batch = device_batch(rb.sample())
                 loop.carry, metrics, checks = train_step(wm, actor, critic, slow_critic, return_norm, model_opt,
                                                          actor_opt, critic_opt, batch, loop.carry, loss_scales, args,
-                                                         autocast)  # fmt: skip
+                                                         autocast, loss_fns=loss_fns)  # fmt: skip
                 run.note_train(metrics, checks, loop.global_step)
                 loop.gradient_steps += args.world_size
                 if args.rank == 0 and args.video_every and (loop.gradient_steps // args.world_size) % args.video_every == 0:
@@ -1635,6 +1645,7 @@ if __name__ == "__main__":
         if args.eval_episodes and (args.eval_every and loop.global_step - loop.last_eval >= args.eval_every or done):
             loop.last_eval = loop.global_step
             if args.rank == 0:
+                # a fresh env, seeded apart from the training envs (seed + 0, 1, ...); episode seeds come from evaluate
                 eval_fn = make_env(args.env_id, args.seed + 100_000, 1, False, run.run_name, **env_kwargs)
                 eval_returns = evaluate(
                     wm, actor, eval_fn, args.eval_episodes, args.eval_greedy, device, autocast, args.seed + loop.global_step

@@ -8,9 +8,9 @@ sizes of the real-benchmark runs in docs/results.md (`--size reduced`):
 - kernels per gradient step, from one profiled step: on a GPU the CUDA kernels launched; on the CPU the operations
   that run a kernel: eagerly the aten operators (views and allocations left out), compiled the fused kernels inductor
   generated plus the operators it leaves to libraries (matrix products, convolutions);
-- with `--modes eager compiled`: the same step with the script's `--compile` (`compile_gradient_step`: the world model
-  loss and the behaviour losses each compiled whole, with their backward passes; CUDA graphs on a GPU), and the
-  compile time (the first compiled step's time less a timed step's);
+- with `--modes eager compiled`: the same step with the script's `--compile` (`compile_loss_fns`: the world model loss
+  and the behaviour losses each compiled whole, with their backward passes; CUDA graphs on a GPU), and the compile
+  time (the first compiled step's time less a timed step's);
 - FLOPs per gradient step, counted by `torch.utils.flop_counter` (matrix products and convolutions, forward and
   backward), and the FLOP/s achieved, against the FLOP/s of one large matrix product of the same precision timed in the
   same process (the "matmul peak" this machine reaches from PyTorch; sized to take a fraction of a second each);
@@ -51,8 +51,6 @@ import dreamer_v2_dmc as v2_dmc  # noqa: E402
 import dreamer_v3_atari as v3  # noqa: E402
 
 SCRIPTS = {"v1": v1, "v2": v2, "v3": v3, "v2-dmc": v2_dmc}
-# the two functions --compile compiles, as each script defines them (compile_gradient_step rebinds the module's names)
-EAGER = {name: (m.world_model_loss, m.behaviour_losses) for name, m in SCRIPTS.items()}
 
 
 @dataclass
@@ -62,7 +60,7 @@ class Bench:
     precisions: List[Literal["32", "bf16"]] = field(default_factory=lambda: ["32", "bf16"])
     """precisions to measure, interleaved"""
     modes: List[Literal["eager", "compiled", "compiled-without-graphs"]] = field(default_factory=lambda: ["eager"])
-    """eager: train_step as is; compiled: with the script's --compile (compile_gradient_step: on CUDA with CUDA graphs);
+    """eager: train_step as is; compiled: with the script's --compile (compile_loss_fns: on CUDA with CUDA graphs);
     compiled-without-graphs: the same without CUDA graphs (on a CPU the same as compiled); interleaved"""
     size: Literal["paper", "reduced"] = "paper"
     """paper: the scripts' defaults (V3: size S); reduced: the real-benchmark runs' sizes of docs/results.md (V1 has
@@ -134,16 +132,13 @@ def build(name: str, precision: str, mode: str, bench: Bench) -> dict:
     return_norm = v3.ReturnNorm(args.return_norm_decay, args.return_norm_limit).to(device) if name == "v3" else None
     wm.encoder.to(memory_format=torch.channels_last)
     wm.decoder.to(memory_format=torch.channels_last)
-    functions = EAGER[name]
-    if mode != "eager":  # compile_gradient_step rebinds the module's two names: keep its pair, restore the eager one
-        if mode == "compiled-without-graphs":  # the script's torch.compile calls, less mode="reduce-overhead"
-            compile_ = torch.compile
-            with unittest.mock.patch.object(torch, "compile", lambda f, **kw: compile_(f, **{**kw, "mode": None})):
-                m.compile_gradient_step(device)
-        else:
-            m.compile_gradient_step(device)
-        functions = (m.world_model_loss, m.behaviour_losses)
-        m.world_model_loss, m.behaviour_losses = EAGER[name]
+    eager_fns = loss_fns = (m.world_model_loss, m.behaviour_losses)  # what train_step calls without --compile
+    if mode == "compiled-without-graphs":  # the script's torch.compile calls, less mode="reduce-overhead"
+        compile_ = torch.compile
+        with unittest.mock.patch.object(torch, "compile", lambda f, **kw: compile_(f, **{**kw, "mode": None})):
+            loss_fns = m.compile_loss_fns(device)
+    elif mode == "compiled":
+        loss_fns = m.compile_loss_fns(device)
     T, B = args.batch_length, args.batch_size
     if continuous:
         actions = torch.rand(T, B, action_size, device=device) * 2 - 1
@@ -187,16 +182,13 @@ def build(name: str, precision: str, mode: str, bench: Bench) -> dict:
 
     def step(eager: bool = False) -> float:
         """One gradient step of the script's train_step (`eager`: this setup's networks without --compile)."""
-        m.world_model_loss, m.behaviour_losses = EAGER[name] if eager else functions
-        try:
-            if name == "v1":
-                out = m.train_step(*nets, *opts, batch, state["carry"], scales, args, autocast)
-            elif name == "v3":
-                out = m.train_step(*nets, target, return_norm, *opts, batch, state["carry"], scales, args, autocast)
-            else:
-                out = m.train_step(*nets, target, *opts, batch, state["carry"], scales, args, autocast, state["updates"])
-        finally:
-            m.world_model_loss, m.behaviour_losses = EAGER[name]
+        fns = dict(loss_fns=eager_fns if eager else loss_fns)
+        if name == "v1":
+            out = m.train_step(*nets, *opts, batch, state["carry"], scales, args, autocast, **fns)
+        elif name == "v3":
+            out = m.train_step(*nets, target, return_norm, *opts, batch, state["carry"], scales, args, autocast, **fns)
+        else:
+            out = m.train_step(*nets, target, *opts, batch, state["carry"], scales, args, autocast, state["updates"], **fns)
         state["carry"], state["updates"] = out[0], state["updates"] + 1
         return world_model_end[-1]
 

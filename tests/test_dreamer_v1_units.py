@@ -126,7 +126,7 @@ def imagined_losses(args, wm, actor, critic, start_weight=None):
     _, _, post, _, _ = run_world_model_loss(wm, args, batch)
     start = {k: v.detach().flatten(0, 1) for k, v in post.items()}
     torch.manual_seed(4)
-    feats, _ = v1.imagine(wm, actor, start, args.imagination_horizon)
+    feats, _ = v1.imagine_with_actor(wm, actor, start, args.imagination_horizon)
     start_weight = torch.ones(10) if start_weight is None else start_weight
     return feats, v1.actor_critic_loss(wm, critic, feats, start_weight, args)
 

@@ -149,7 +149,7 @@ def test_dynamics_backprop_reaches_the_actor_and_not_the_world_model():
     gradient through the imagined dynamics. backward_and_clip writes it into the actor alone; the world model, the
     critic and the target critic keep no gradient and do not change when the actor steps."""
     args, wm, actor, critic, target, start = tiny_setup(actor_entropy=0.0)
-    feats, actions, policy = dmc.imagine(wm, actor, start, args.imagination_horizon)
+    feats, actions, policy = dmc.imagine_with_actor(wm, actor, start, args.imagination_horizon)
     assert feats.shape == (6, 6, 16 + 12) and actions.shape == policy[0].shape == policy[1].shape == (5, 6, 2)
     assert feats.requires_grad and actions.requires_grad  # the graph is kept through imagination
     actor_loss, critic_loss, metrics = dmc.actor_critic_loss(
@@ -170,7 +170,7 @@ def test_dynamics_backprop_reaches_the_actor_and_not_the_world_model():
     original = dmc.TruncNormal.sample
     dmc.TruncNormal.sample = lambda self: original(self).detach()
     try:
-        feats_cut, actions_cut, policy_cut = dmc.imagine(wm, actor, start, args.imagination_horizon)
+        feats_cut, actions_cut, policy_cut = dmc.imagine_with_actor(wm, actor, start, args.imagination_horizon)
     finally:
         dmc.TruncNormal.sample = original
     actor_loss_cut, _, _ = dmc.actor_critic_loss(
@@ -206,7 +206,7 @@ def test_actor_loss_uses_returns_from_the_second_step_and_the_entropy_bonus():
     """actor loss = -mean over t < H - 1 of gamma^t (R_{t+1} + eta H_t): check it against the metrics' pieces."""
     args, wm, actor, critic, target, start = tiny_setup(actor_entropy=0.5, gamma=0.9)
     torch.manual_seed(5)
-    feats, actions, policy = dmc.imagine(wm, actor, start, args.imagination_horizon)
+    feats, actions, policy = dmc.imagine_with_actor(wm, actor, start, args.imagination_horizon)
     actor_loss, _, metrics = dmc.actor_critic_loss(wm, critic, target, feats, actions, policy, torch.full((6,), 0.9), args)
     reward = wm.reward(feats[:-1]).squeeze(-1)
     discount = torch.full_like(reward, 0.9)

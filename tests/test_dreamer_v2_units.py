@@ -185,7 +185,7 @@ def test_actor_critic_loss_uses_the_target_critic_and_replayed_first_discount():
     actor, critic = v2.Actor(feat_size, 3, 8, 1), v2.Critic(feat_size, 8, 1)
     target = copy.deepcopy(critic)
     start = {k: v[0] for k, v in run_world_model_loss(wm, args, tiny_batch())[2].items()}
-    feats, actions, log_probs = v2.imagine(wm, actor, start, args.imagination_horizon)
+    feats, actions, log_probs = v2.imagine_with_actor(wm, actor, start, args.imagination_horizon)
     assert feats.shape == (5, 2, feat_size) and actions.shape == log_probs.shape == (4, 2, 3)
     torch.testing.assert_close(log_probs, actor(feats[:-1]))  # the actor's outputs, with their graph
     actor_loss, critic_loss, metrics = v2.actor_critic_loss(wm, critic, target, feats, actions, log_probs,

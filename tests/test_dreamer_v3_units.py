@@ -532,11 +532,11 @@ def imagined(args: v3.Args, N: int = 8, H: int = 5):
     critic = v3.Critic(feat_size, args.reward_bins, args.mlp_units, args.mlp_layers)
     start = {k: v.detach() for k, v in wm.rssm.initial(N).items()}
     start["deter"] = start["deter"] + torch.randn(N, args.deter_size)  # varied start states
-    feats, actions, log_probs = v3.imagine(wm, actor, start, H)
+    feats, actions, log_probs = v3.imagine_with_actor(wm, actor, start, H)
     return wm, actor, critic, feats, actions, log_probs
 
 
-def test_imagine_shapes_and_no_graph():
+def test_imagine_with_actor_shapes_and_no_graph():
     args = tiny_args()
     wm, actor, critic, feats, actions, log_probs = imagined(args, N=8, H=5)
     assert feats.shape == (6, 8, args.deter_size + args.stoch_size * args.classes)

@@ -207,13 +207,13 @@ def one_step(name, m, args, wm, actor, critic, batch, carry, reference: bool = F
     opts = [RecordingOptimizer(module) for module in (wm, actor, critic)]
     with pytest.MonkeyPatch.context() as mp:
         if reference and name != "v1":
-            imagine = m.imagine
+            imagine_with_actor = m.imagine_with_actor
 
             def imagine_then_rerun_actor(wm, actor, start, horizon):
-                feats, actions, _ = imagine(wm, actor, start, horizon)
+                feats, actions, _ = imagine_with_actor(wm, actor, start, horizon)
                 return feats, actions, actor(feats[:-1].detach())
 
-            mp.setattr(m, "imagine", imagine_then_rerun_actor)
+            mp.setattr(m, "imagine_with_actor", imagine_then_rerun_actor)
         _, metrics, _ = train_step(name, m, args, wm, actor, critic, opts, batch, carry)
     out = {f"world model {k} loss": metrics[f"losses/{k}"] for k in loss_scales(name, args)}
     out.update({"actor loss": metrics["losses/actor"], "critic loss": metrics["losses/critic"]})

@@ -22,7 +22,9 @@ import dreamer_v3_atari as v3
 from tests.helpers import ROOT
 
 SCRIPTS = ["dreamer_v1_atari.py", "dreamer_v2_atari.py", "dreamer_v3_atari.py", "dreamer_v2_dmc.py"]
-START, END = "# TRY NOT TO MODIFY: run plumbing.", '\nif __name__ == "__main__":'
+# the section stands after the env and flag checks (make_env ... check_args) and before the algorithm, which leads into
+# the main block that drives it
+START, END, MAIN = "# TRY NOT TO MODIFY: run plumbing.", "\n# ALGO LOGIC: helpers\n", '\nif __name__ == "__main__":'
 # Lines of the section allowed to differ between scripts. None so far: what differs (the env checks, the model's name
 # in the start-up line) lives in each script's own check_env / check_args / describe_model, which the section calls.
 ALLOWED_TO_DIFFER: set = set()
@@ -33,12 +35,15 @@ SCRIPT_HOOKS = {"check_args": ["args"], "check_env": ["args"], "describe_model":
 def plumbing(script: str) -> str:
     text = (ROOT / script).read_text()
     assert text.count(START) == 1, f"{script}: the plumbing section's marker must appear once"
-    return text[text.index(START) : text.index(END)]
+    assert text.count(END) == 1, f"{script}: the helpers' marker must appear once"
+    start, end = text.index(START), text.index(END)
+    assert text.index("\ndef check_args(") < start < end < text.index(MAIN), f"{script}: the sections are out of order"
+    return text[start:end]
 
 
 def main_block(script: str) -> str:
     text = (ROOT / script).read_text()
-    return text[text.index(END) + 1 :]
+    return text[text.index(MAIN) + 1 :]
 
 
 @pytest.mark.parametrize("script", SCRIPTS[:2] + SCRIPTS[3:])
@@ -77,6 +82,14 @@ def test_the_main_block_keeps_no_plumbing(script: str):
     for plumbing_call in ("save_checkpoint(", "dist.", "signal.", "wandb.", "SummaryWriter("):
         assert plumbing_call not in block, f"{script}: {plumbing_call} belongs in the plumbing section"
     assert len(block.splitlines()) <= 150, f"{script}: the main block has {len(block.splitlines())} lines (at most 150)"
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_no_script_rebinds_a_name_of_its_module(script: str):
+    """No `global` or `nonlocal` anywhere in a script: train_step runs the functions its arguments name (--compile
+    passes compiled copies as loss_fns), never a module name that something rebound."""
+    tree = ast.parse((ROOT / script).read_text())
+    assert not [n.lineno for n in ast.walk(tree) if isinstance(n, (ast.Global, ast.Nonlocal))], f"{script}: `global`"
 
 
 @pytest.mark.parametrize("num_envs, world_size", [(1, 1), (3, 2), (16, 1), (7, 4)])

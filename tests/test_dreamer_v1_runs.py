@@ -1,6 +1,6 @@
 """dreamer_v1_atari.py run as a subprocess with tiny networks on the real ALE/Pong-v5: the users' first command
 (`--replay-ratio 0.1`, scaled down in steps and sizes) with its TensorBoard tags and realised replay ratio, torchrun with 2
-processes, SIGTERM then --resume, a non-finite loss, and the catalogue of bad input of issue 5, each of which must end
+processes, SIGTERM then --resume, a non-finite loss, and the catalogue of bad input, each of which must end
 with one clear line on stderr, a non-zero exit and no runs/ directory. Every run happens in its own temporary directory
 (runs/ lands there) with the repo root on PYTHONPATH for `from ratio import Ratio`."""
 

@@ -1,6 +1,6 @@
 """dreamer_v3_atari.py run as a subprocess with tiny networks on the real ALE/Pong-v5: 1 env fp32 and 2 envs bf16 (with
-video, saved model, TensorBoard tags and the realised replay ratio), torchrun with 2 processes, SIGTERM then --resume
-(issue 5), and the catalogue of bad input, each of which must end with one clear line on stderr, a non-zero exit and no
+video, saved model, TensorBoard tags and the realised replay ratio), torchrun with 2 processes, SIGTERM then --resume,
+and the catalogue of bad input, each of which must end with one clear line on stderr, a non-zero exit and no
 runs/ directory. Every run happens in its own temporary directory (runs/ and videos/ land there) with the repo root on
 PYTHONPATH for `from ratio import Ratio`. DREAMER_V3=<path> runs a fork instead of dreamer_v3_atari.py (tests/helpers.py,
 docs/forking.md)."""
@@ -201,7 +201,7 @@ def test_torchrun_resume(torchrun_run, tmp_path: Path):
     assert "the checkpoints of all ranks must come from the same step" in stale.stdout + stale.stderr
 
 
-# ---------------------------------------------------------------- SIGTERM and --resume (issue 5)
+# ---------------------------------------------------------------- SIGTERM and --resume
 
 RESUME_RATIO = 0.1  # fewer gradient steps: the run is 3x longer than the others
 RESUME_FLAGS = (
@@ -273,7 +273,7 @@ def test_non_finite_loss_stops_with_a_checkpoint(blow_up):
 
 
 def test_non_finite_checkpoint_is_from_before_the_blow_up(blow_up):
-    """Issue 5: 'stop with a checkpoint from before the blow-up'. With --model-lr 1e30 the first world model update
+    """A non-finite loss stops the run with a checkpoint from before the blow-up. With --model-lr 1e30 the first world model update
     moves every weight by about 1e30; a checkpoint from before it has small weights and no optimiser step."""
     cwd, result = blow_up
     checkpoint = torch.load(only_run_dir(cwd) / "checkpoint.pt", weights_only=False)

@@ -1,4 +1,4 @@
-"""A checkpoint written before the run plumbing moved into its own section (issue 19) still resumes and still plays
+"""A checkpoint written before the run plumbing moved into its own section still resumes and still plays
 with --eval-model: the checkpoint format did not change. The fixtures, and how they were made: tests/fixtures/. The
 resumed run also hides what a killed run logged after its checkpoint."""
 

@@ -106,7 +106,7 @@ def test_a_periodic_checkpoint_falls_once_in_every_checkpoint_interval(num_envs:
     assert not any(v3.Run.checkpoint_due(run, step) for step in steps)
 
 
-# ---------------------------------------------------------------- init_weights (issue 30)
+# ---------------------------------------------------------------- init_weights
 
 
 class BlockLinear(nn.Module):
@@ -150,7 +150,7 @@ def test_every_parameter_of_the_networks_is_initialised(module, monkeypatch):
     assert not bad, bad
 
 
-# ---------------------------------------------------------------- what log_progress writes (issue 28)
+# ---------------------------------------------------------------- what log_progress writes
 
 
 class Recorder:

@@ -7,12 +7,20 @@ look, so dm_control.suite runs on its state observations alone. Seed k draws epi
 random generator) and, for the random policy, its actions.
 
     python benchmarks/dmc_baselines.py --env-id cartpole-balance --seeds 20
+
+--frames OUT.npz also renders what the agent sees (64 x 64, camera 0, as the scripts' DMC env) along seed 1's random
+episode, every 20 policy steps over the first 100, and saves them with the MuJoCo and dm_control versions; run it in two
+venvs and --compare-frames OTHER.npz prints how far the two renderings are apart and draws them one above the other
+(OUT.png beside OUT.npz). With the same versions the frames are identical; a different MuJoCo changes the shading.
+
+    python benchmarks/dmc_baselines.py --seeds 20 --frames old.npz                       # in a venv with an old MuJoCo
+    python benchmarks/dmc_baselines.py --seeds 20 --frames new.npz --compare-frames old.npz
 """
 
 import os
 import time
 from dataclasses import dataclass
-from typing import Callable, List, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 import tyro
@@ -28,6 +36,10 @@ class Baselines:
     """control steps per policy step (the scripts' and the paper's DMC value)"""
     policies: Tuple[str, ...] = ("zero", "random")
     """the policies to run: zero, random"""
+    frames: Optional[str] = None
+    """OUT.npz: save the rendered observations of seed 1's random episode (every 20 policy steps, the first 100)"""
+    compare_frames: Optional[str] = None
+    """OTHER.npz: the --frames of another install, to compare with this one's (needs --frames)"""
 
 
 def load(env_id: str, seed: int):
@@ -65,7 +77,59 @@ def episode_return(env_id: str, policy: str, seed: int, action_repeat: int) -> t
     return total, steps
 
 
+def render_frames(env_id: str, action_repeat: int, every: int = 20, count: int = 5) -> np.ndarray:
+    """What the agent sees along seed 1's random episode: camera 0 at 64 x 64, every `every` policy steps."""
+    env = load(env_id, 1)
+    spec = env.action_spec()
+    act = make_policy("random", spec.minimum.astype(np.float64), spec.maximum.astype(np.float64), 1)
+    env.reset()
+    frames = []
+    for step in range(every * count):
+        if step % every == 0:
+            frames.append(env.physics.render(64, 64, camera_id=0))
+        action = act()
+        for _ in range(action_repeat):
+            env.step(action)
+    return np.stack(frames)
+
+
+def versions() -> str:
+    from importlib.metadata import version
+
+    return f"MuJoCo {version('mujoco')}, dm_control {version('dm_control')}"
+
+
+def compare_frames(path: str, other: str):
+    """Print how far two --frames files are apart, and draw them one above the other (the .png beside `path`)."""
+    mine, theirs = np.load(path), np.load(other)
+    a, b = mine["frames"].astype(int), theirs["frames"].astype(int)
+    if a.shape != b.shape:
+        raise SystemExit(f"dmc_baselines.py: error: --compare-frames {other}: frames {b.shape}, this run's {a.shape}")
+    gap = np.abs(a - b)
+    print(
+        f"frames of {mine['versions']} against {theirs['versions']}: max difference {gap.max()} of 255, "
+        f"mean {gap.mean():.2f}, {(gap.max(-1) > 0).mean():.0%} of the pixels differ"
+    )
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 1, figsize=(1.6 * len(a), 3.6), dpi=110)
+    for ax, frames, name in zip(axes, (b, a), (str(theirs["versions"]), str(mine["versions"]))):
+        ax.imshow(np.concatenate(list(frames), 1).astype(np.uint8), interpolation="nearest")
+        ax.set_title(name, fontsize=9)
+        ax.axis("off")
+    fig.tight_layout()
+    out = os.path.splitext(path)[0] + ".png"
+    fig.savefig(out)
+    print(f"wrote {out}")
+
+
 def main(args: Baselines) -> dict:
+    if args.compare_frames and not args.frames:
+        raise SystemExit("dmc_baselines.py: error: --compare-frames needs --frames OUT.npz, this install's frames")
+    print(versions())
     results = {}
     for policy in args.policies:
         start = time.time()
@@ -78,6 +142,11 @@ def main(args: Baselines) -> dict:
             f"max {max(returns):.1f}, mean {np.mean(returns):.1f} (std {np.std(returns):.1f})"
         )
         print("  per seed: " + ", ".join(f"{r:.1f}" for r in returns))
+    if args.frames:
+        np.savez(args.frames, frames=render_frames(args.env_id, args.action_repeat), versions=versions())
+        print(f"wrote {args.frames}")
+    if args.compare_frames:
+        compare_frames(args.frames, args.compare_frames)
     return results
 
 

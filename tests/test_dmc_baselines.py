@@ -31,3 +31,17 @@ def test_action_repeat_sums_every_control_step_and_episodes_are_1000_frames():
 def test_unknown_policy():
     with pytest.raises(SystemExit, match="unknown policy 'greedy'"):
         dmc_baselines.main(dmc_baselines.Baselines(seeds=1, policies=("greedy",)))
+
+
+def test_frames_are_what_the_agent_sees_and_compare_to_themselves(tmp_path, capsys):
+    """--frames renders 64 x 64 RGB frames that change along the episode; the same install gives the same frames, so
+    comparing a file with itself finds no difference; --compare-frames alone is refused with one line."""
+    frames = dmc_baselines.render_frames("cartpole-balance", action_repeat=2)
+    assert frames.shape == (5, 64, 64, 3) and frames.dtype == "uint8"
+    assert (frames[0] != frames[-1]).any()  # the random actions moved the cart or the pole
+    path = str(tmp_path / "a.npz")
+    dmc_baselines.main(dmc_baselines.Baselines(seeds=1, policies=(), frames=path, compare_frames=path))
+    out = capsys.readouterr().out
+    assert "max difference 0 of 255" in out and os.path.isfile(tmp_path / "a.png")
+    with pytest.raises(SystemExit, match="--compare-frames needs --frames"):
+        dmc_baselines.main(dmc_baselines.Baselines(seeds=1, policies=(), compare_frames=path))

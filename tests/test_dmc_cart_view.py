@@ -1,0 +1,34 @@
+"""benchmarks/dmc_cart_view.py: what the camera of cartpole shows of the cart and the pole along the rail."""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+os.environ.setdefault("MUJOCO_GL", "egl")  # before dm_control's first import in this process (see test_dmc_baselines.py)
+pytest.importorskip("dm_control")
+import dmc_cart_view  # noqa: E402
+
+
+def pixels_at(x: float) -> tuple:
+    physics = dmc_cart_view.script.DMC("cartpole", "balance").env.physics
+    with physics.reset_context():
+        physics.named.data.qpos["slider"] = x
+        physics.named.data.qpos["hinge_1"] = 0.0
+    return dmc_cart_view.pixels_of(physics, 0)
+
+
+def test_the_camera_loses_the_pole_before_the_cart():
+    """The docstring's geometry: the cart whole near the middle and cut off at the rail's end, never gone before the
+    soft limit (about 1.87); the upright pole in view in the middle and out of the frame from about 1.7."""
+    whole = dmc_cart_view.whole_cart_pixels()
+    assert whole > 20 and pixels_at(0.0)[0] == whole
+    assert pixels_at(1.3)[0] >= 0.8 * whole and 0 < pixels_at(1.85)[0] < 0.8 * whole
+    assert pixels_at(0.0)[1] > 20 and pixels_at(1.75)[1] == 0
+
+
+def test_agent_policy_needs_a_checkpoint():
+    with pytest.raises(SystemExit, match="--policy agent needs --checkpoint"):
+        dmc_cart_view.play(dmc_cart_view.CartView(episodes=1))

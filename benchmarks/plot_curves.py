@@ -451,4 +451,8 @@ def main(args: Plot):
 
 
 if __name__ == "__main__":
+    import sys
+
+    if sum(arg == "--group" for arg in sys.argv[1:]) > 1:  # tyro would keep only the last one's runs
+        raise SystemExit('plot_curves.py: error: --group takes all its groups at once: --group "A=GLOB" "B=GLOB"')
     main(tyro.cli(Plot, description=__doc__))

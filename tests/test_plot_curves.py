@@ -1,6 +1,7 @@
 """benchmarks/plot_curves.py on synthetic runs: two seeds whose returns are known, so the table's figures can be
 checked exactly, and the PNG must be written."""
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -285,3 +286,12 @@ def test_metric_figure_and_table(tmp_path: Path, capsys):
         plot_curves.main(plot_curves.Plot(metric=["losses/kl=kl"], **args))
     with pytest.raises(SystemExit, match="no --group run logged 'losses/klx'; they logged charts/episodic_return, losses/kl"):
         plot_curves.main(plot_curves.Plot(metric=["losses/klx=kl_loss"], **args))
+
+
+def test_a_second_group_flag_is_refused():
+    """tyro keeps only the last --group's runs: the command line must say so rather than draw half the groups."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "plot_curves.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--group", "a=x", "--group", "b=y"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 1 and "--group takes all its groups at once" in result.stderr

@@ -8,10 +8,11 @@ random generator) and, for the random policy, its actions.
 
     python benchmarks/dmc_baselines.py --env-id cartpole-balance --seeds 20
 
---frames OUT.npz also renders what the agent sees (64 x 64, camera 0, as the scripts' DMC env) along seed 1's random
-episode, every 20 policy steps over the first 100, and saves them with the MuJoCo and dm_control versions; run it in two
-venvs and --compare-frames OTHER.npz prints how far the two renderings are apart and draws them one above the other
-(OUT.png beside OUT.npz). With the same versions the frames are identical; a different MuJoCo changes the shading.
+--frames OUT.npz also renders what the agent sees (64 x 64, camera 0: the scripts' camera but for quadruped) along
+seed 1's random episode, every 20 policy steps over the first 100, and saves them with the MuJoCo and dm_control
+versions; run it in two venvs and --compare-frames OTHER.npz prints how far the two renderings are apart and draws them
+one above the other (OUT.png beside OUT.npz). With the same versions the frames are identical; a different MuJoCo
+changes the shading.
 
     python benchmarks/dmc_baselines.py --seeds 20 --frames old.npz                       # in a venv with an old MuJoCo
     python benchmarks/dmc_baselines.py --seeds 20 --frames new.npz --compare-frames old.npz

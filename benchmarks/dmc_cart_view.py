@@ -46,18 +46,20 @@ def pixels_of(physics, camera: int, size: int = 64) -> tuple:
     return tuple(int((segmentation == physics.model.name2id(geom, "geom")).sum()) for geom in ("cart", "pole_1"))
 
 
-def whole_cart_pixels() -> int:
-    """The cart's pixels when it stands at the rail's middle, the pole upright (camera 0, the scripts' default)."""
-    physics = script.DMC("cartpole", "balance").env.physics
+def pixels_at(x: float, camera: int = 0) -> tuple:
+    """(the cart's pixels, the pole's pixels) with the cart standing at `x` on the rail and the pole upright."""
+    env = script.DMC("cartpole", "balance", camera=camera)
+    physics = env.env.physics
     with physics.reset_context():
-        physics.named.data.qpos["slider"] = 0.0
+        physics.named.data.qpos["slider"] = x
         physics.named.data.qpos["hinge_1"] = 0.0
-    return pixels_of(physics, 0)[0]
+    pixels = pixels_of(physics, env.camera)
+    env.close()
+    return pixels
 
 
-def play(args: CartView) -> list:
-    """[(return, cart positions, (cart pixels, pole pixels))] of each episode, one entry per policy step."""
-    wm = actor = None
+def play(args: CartView) -> tuple:
+    """([(return, cart positions, (cart pixels, pole pixels))] of each episode, one entry per policy step; the camera)."""
     if args.policy == "agent":
         if not args.checkpoint:
             raise SystemExit("dmc_cart_view.py: error: --policy agent needs --checkpoint PATH (or pick --policy zero/random)")
@@ -66,9 +68,10 @@ def play(args: CartView) -> list:
         task, action_repeat, camera = trained.env_id, trained.action_repeat, trained.camera
     else:
         task, action_repeat, camera = args.task, 2, -1
-    if script.dmc_task(task) is None or script.dmc_task(task)[0] != "cartpole":
+    domain_task = script.dmc_task(task)
+    if domain_task is None or domain_task[0] != "cartpole":
         raise SystemExit(f"dmc_cart_view.py: error: {task} is not a cartpole task")
-    env = script.NormalizeAction(script.DMC(*script.dmc_task(task), action_repeat=action_repeat, camera=camera))
+    env = script.NormalizeAction(script.DMC(*domain_task, action_repeat=action_repeat, camera=camera))
     physics, view = env.unwrapped.env.physics, env.unwrapped.camera
     if args.policy == "agent":
         action_size = env.action_space.shape[0]
@@ -81,11 +84,11 @@ def play(args: CartView) -> list:
     for seed in range(1, args.episodes + 1):
         obs, _ = env.reset(seed=seed)
         rng = np.random.default_rng(seed)
-        if wm is not None:
+        if args.policy == "agent":
             state, action, is_first = wm.rssm.initial(1), torch.zeros(1, env.action_space.shape[0]), torch.ones(1)
         total, positions, pixels, done = 0.0, [], [], False
         while not done:
-            if wm is not None:
+            if args.policy == "agent":
                 with torch.no_grad():
                     obs_t = torch.as_tensor(obs).permute(2, 0, 1)[None]
                     state, action = script.act(wm, actor, state, action, obs_t, is_first, args.greedy)
@@ -99,12 +102,13 @@ def play(args: CartView) -> list:
             positions.append(float(physics.named.data.qpos["slider"][0]))
             pixels.append(pixels_of(physics, view))
         episodes.append((total, np.array(positions), np.array(pixels).reshape(-1, 2)))
-    return episodes
+    env.close()
+    return episodes, view
 
 
 def main(args: CartView) -> list:
-    episodes = play(args)
-    whole = whole_cart_pixels()
+    episodes, camera = play(args)
+    whole = pixels_at(0.0, camera)[0]
     who = args.checkpoint if args.policy == "agent" else f"the {args.policy} policy on {args.task}"
     print(f"{who}: {args.episodes} episodes; the cart whole is {whole} pixels of 64 x 64 (at the rail's middle)")
     print("| seed | return | cart whole | cart cut off | pole out of view | mean abs x | max abs x |")

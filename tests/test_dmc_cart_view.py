@@ -12,21 +12,13 @@ pytest.importorskip("dm_control")
 import dmc_cart_view  # noqa: E402
 
 
-def pixels_at(x: float) -> tuple:
-    physics = dmc_cart_view.script.DMC("cartpole", "balance").env.physics
-    with physics.reset_context():
-        physics.named.data.qpos["slider"] = x
-        physics.named.data.qpos["hinge_1"] = 0.0
-    return dmc_cart_view.pixels_of(physics, 0)
-
-
 def test_the_camera_loses_the_pole_before_the_cart():
     """The docstring's geometry: the cart whole near the middle and cut off at the rail's end, never gone before the
     soft limit (about 1.87); the upright pole in view in the middle and out of the frame from about 1.7."""
-    whole = dmc_cart_view.whole_cart_pixels()
-    assert whole > 20 and pixels_at(0.0)[0] == whole
-    assert pixels_at(1.3)[0] >= 0.8 * whole and 0 < pixels_at(1.85)[0] < 0.8 * whole
-    assert pixels_at(0.0)[1] > 20 and pixels_at(1.75)[1] == 0
+    whole, pole = dmc_cart_view.pixels_at(0.0)
+    assert whole > 20 and pole > 20
+    assert dmc_cart_view.pixels_at(1.3)[0] >= 0.8 * whole and 0 < dmc_cart_view.pixels_at(1.85)[0] < 0.8 * whole
+    assert dmc_cart_view.pixels_at(1.75)[1] == 0
 
 
 def test_agent_policy_needs_a_checkpoint():

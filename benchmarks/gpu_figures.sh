@@ -1,5 +1,6 @@
 #!/bin/bash
-# The GPU figures of docs/speed.md and docs/results.md, on a machine with a CUDA GPU and PyTorch (not yet run on a GPU):
+# The GPU figures of docs/speed.md and docs/results.md, on a machine with a CUDA GPU and PyTorch (run on one H200 on
+# 2026-12-04 with torch 2.11: its outputs are in benchmarks/gpu/h200_2026-12-04/):
 #
 #     bash benchmarks/gpu_figures.sh [OUT_DIR]              # default: $OUT, else gpu_figures/; parts 1-3
 #     PARTS=dmc bash benchmarks/gpu_figures.sh [OUT_DIR]    # part 4 alone: one command of its own, about 9 minutes
@@ -12,15 +13,15 @@
 #    --compile (the whole gradient step compiled, with CUDA graphs) and against compiled without CUDA graphs: seconds
 #    and kernels per gradient step and the compile time. Last, and stopped after COMPILE_SECONDS in all (default 300):
 #    compiling is the least predictable part; each script's table is written when it ends.
-#    Parts 1-3 are estimated (not measured) at 4-8 minutes on an H200.
+#    Parts 1-3 took 6.7 minutes on the H200 with COMPILE_SECONDS=180, the install included.
 # 4. OUT_DIR/dmc.txt and OUT_DIR/dmc_events: dreamer_v2_dmc.py at the paper's size and settings on cartpole-balance,
 #    seed 1, for DMC_STEPS policy steps (default 50,000 = 100k frames, the reduced CPU runs' length; docs/results.md)
 #    or until DMC_SECONDS (default 480) have passed, so that with the install it fits in 10 minutes (the run stops
 #    cleanly on timeout's SIGTERM, at whatever frame count it reached; its evaluations every 10k frames up to there are
 #    the figures, beside the official evaluations 484-683 at 42k, 727-916 at 62k-82k and 915-978
-#    at 102k frames: the published file's 60k, 90k and 120k points, 30k-frame bins labelled by their right edge). From
-#    its operation count (about 11k kernels per gradient step, one gradient step every 5 policy steps) we expect 30k to
-#    70k frames in 480 s, not 100k: an estimate; part 1's v2-dmc rows tell. It needs dm_control, mujoco and EGL.
+#    at 102k frames: the published file's 60k, 90k and 120k points, 30k-frame bins labelled by their right edge). On
+#    the H200 it reached 11.7k frames in 320 s (DMC_SECONDS=320; 22-32 s per 100 gradient steps with their policy
+#    steps), so 480 s reach about 20k frames, and 100k frames take about 50 minutes. It needs dm_control, mujoco, EGL.
 # PARTS (default "speed learning") picks the parts: any of speed (1, 3), learning (2) and dmc (4). Parts 1-3 and part 4
 # are two commands of up to about 10 minutes each.
 # Every part writes its output as it goes, so a run stopped early keeps what it finished; the exit status is non-zero

@@ -34,6 +34,7 @@ import os
 import platform
 import sys
 import time
+import traceback
 import unittest.mock
 from dataclasses import dataclass, field
 from typing import List, Literal
@@ -289,7 +290,8 @@ def hardware(device: torch.device, script) -> str:
     return f"{model}, {torch.get_num_threads()} threads, torch ISA {isa}, native bf16 {native}"
 
 
-def main(bench: Bench):
+def main(bench: Bench) -> int:
+    """Prints the table; returns how many script, precision and mode rows failed (each printed with its error)."""
     device = torch.device(bench.device)
     v3.set_malloc_for_speed()
     torch.backends.cudnn.deterministic = True  # as the scripts run by default (--torch-deterministic)
@@ -308,26 +310,40 @@ def main(bench: Bench):
     keys = [(p, mode) for p in bench.precisions for mode in bench.modes]
     warmup = {(p, mode): max(0 if slow[p] else bench.warmup, mode != "eager") for p, mode in keys}
     steps = {(p, mode): 1 if slow[p] else bench.steps for p, mode in keys}
-    rows, env_rates = [], {}
+    rows, env_rates, failures = [], {}, 0
     for name in bench.scripts:
         setups = {key: build(name, *key, bench) for key in keys}
         times = {key: dict(world_model=[], behaviour=[], first=None) for key in keys}
-        flops = None
+        flops, failed = None, {}
         for i in range(max(warmup[key] + steps[key] for key in keys)):
-            for key, setup in setups.items():  # interleaved
+            for key, setup in list(setups.items()):  # interleaved
                 if i >= warmup[key] + steps[key]:
                     continue
                 sync(device)
                 t0 = time.perf_counter()
-                t1 = setup["step"]()
-                sync(device)
+                try:
+                    t1 = setup["step"]()
+                    sync(device)
+                except Exception as error:  # one mode's failure (a compiler's, say) must not cost the other rows
+                    message = (str(error).splitlines() or [""])[0][:300].replace("|", "/")  # one table cell
+                    what = f"failed at gradient step {i + 1}: {type(error).__name__}: {message}"
+                    traceback.print_exc()  # to stderr: where it failed
+                    print(f"{name} {key[0]} {key[1]}: {what}", flush=True)
+                    failed[key] = what
+                    del setups[key]
+                    continue
                 t2 = time.perf_counter()
                 if i == 0:
                     times[key]["first"] = t2 - t0
                 if i >= warmup[key]:
                     times[key]["world_model"].append(t1 - t0)
                     times[key]["behaviour"].append(t2 - t1)
-        for key, setup in setups.items():
+        failures += len(failed)
+        for key in keys:  # the rows in the order of --precisions and --modes
+            if key in failed:
+                rows.append((name, *key, failed[key]))
+                continue
+            setup = setups[key]
             if bench.flops and flops is None:  # the same matrix products in every precision and mode: count them once
                 with FlopCounterMode(display=False) as counter:
                     setup["step"](eager=True)
@@ -362,7 +378,11 @@ def main(bench: Bench):
         "| env alone, policy steps/s |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for name, precision, mode, params, batch_size, batch_length, wm_s, beh_s, kernels, compile_s, flops, act in rows:
+    for name, precision, mode, *row in rows:
+        if len(row) == 1:  # this mode failed: what it raised, in the seconds column
+            print(f"| {name} | {precision} | {mode} | - | - | {row[0]} |" + " - |" * 10)
+            continue
+        params, batch_size, batch_length, wm_s, beh_s, kernels, compile_s, flops, act = row
         total = wm_s + beh_s
         base.setdefault(name, total)
         gflop = f"{flops / 1e9:.3g}" if flops else "-"
@@ -378,5 +398,8 @@ def main(bench: Bench):
         )
 
 
+    return failures
+
+
 if __name__ == "__main__":
-    main(tyro.cli(Bench))
+    sys.exit(1 if main(tyro.cli(Bench)) else 0)  # non-zero when a mode failed

@@ -100,6 +100,47 @@ def test_speed_where_bf16_is_emulated(monkeypatch, capsys):
     assert [line.split("|")[2].strip() for line in out.splitlines() if line.startswith("| v3 ")] == ["32", "bf16"]
 
 
+def test_speed_a_failing_mode_leaves_the_other_rows(monkeypatch, capsys):
+    """A mode that raises (as --compile's CUDA-graph step did on a GPU) gets a row saying where and what; the other modes'
+    rows are measured as before, and main returns the number of failed rows (the script's exit status is then 1)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import speed
+
+    build = speed.build
+
+    def build_failing_compiled(name, precision, mode, bench):
+        setup = build(name, precision, "eager", bench)  # nothing compiled: the "compiled" mode only raises
+        if mode != "compiled":
+            return setup
+        calls = []
+
+        def failing(eager: bool = False):
+            calls.append(1)
+            if len(calls) == 2:
+                raise RuntimeError("These storage data ptrs | are not allocated in pool\nsecond line")
+            return setup["step"](eager)
+
+        return dict(setup, step=failing)
+
+    monkeypatch.setattr(speed, "build", build_failing_compiled)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        failures = speed.main(
+            speed.Bench(scripts=["v2"], precisions=["32"], modes=["eager", "compiled"], warmup=1, steps=2, act_steps=2,
+                        kernels=False, flops=False, env=False, device="cpu", tiny=True)
+        )
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert failures == 1
+    what = "failed at gradient step 2: RuntimeError: These storage data ptrs / are not allocated in pool"
+    assert f"v2 32 compiled: {what}" in out
+    rows = [cells(line) for line in out.splitlines() if line.startswith("| v2 ")]
+    assert [r[2] for r in rows] == ["eager", "compiled"]
+    assert float(rows[0][5]) > 0 and rows[1][5] == what and len(rows[1]) == len(rows[0]) == 16, rows
+
+
 def test_matmul_peak_grows_until_a_product_takes_long_enough():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import speed

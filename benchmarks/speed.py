@@ -68,7 +68,8 @@ class Bench:
     none: paper)"""
     scan_chunk: int = 8
     """compiled: the steps of observe's loop unrolled per iteration of its scan (scan_steps' chunk; the scripts use 8;
-    1 is a plain scan, the batch length a fully unrolled loop)"""
+    1 is a plain scan, the batch length one iteration of every step); 0: no scan, the plain loop traced whole (the
+    scan splits a CUDA graph into partitions, where torch's CUDA-graph trees failed: docs/speed.md#on-a-gpu)"""
     warmup: int = 1
     """untimed gradient steps first (a compiled mode has at least one: it compiles)"""
     steps: int = 3
@@ -290,6 +291,15 @@ def hardware(device: torch.device, script) -> str:
     return f"{model}, {torch.get_num_threads()} threads, torch ISA {isa}, native bf16 {native}"
 
 
+def loop_steps(step, carry: dict, xs: tuple, chunk: int = 0) -> tuple:
+    """--scan-chunk 0: scan_steps' eager Python loop, also under torch.compile (no scan: the compiler traces every step)."""
+    ys = []
+    for x in zip(*[v.unbind(0) for v in xs]):
+        carry, y = step(carry, x)
+        ys.append(y)
+    return carry, {k: torch.stack([y[k] for y in ys]) for k in ys[0]}
+
+
 def main(bench: Bench) -> int:
     """Prints the table; returns how many script, precision and mode rows failed (each printed with its error)."""
     device = torch.device(bench.device)
@@ -297,7 +307,7 @@ def main(bench: Bench) -> int:
     torch.backends.cudnn.deterministic = True  # as the scripts run by default (--torch-deterministic)
     torch._inductor.config.cpp.enable_kernel_profile = True  # the profiler sees inductor's CPU kernels one by one
     for m in SCRIPTS.values():  # observe calls the module's scan_steps
-        m.scan_steps = functools.partial(m.scan_steps, chunk=bench.scan_chunk)
+        m.scan_steps = functools.partial(m.scan_steps, chunk=bench.scan_chunk) if bench.scan_chunk else loop_steps
     sizes = "tiny" if bench.tiny else bench.size
     print(f"torch {torch.__version__}, {hardware(device, v3)}, sizes {sizes}, scan chunk {bench.scan_chunk}", flush=True)
     # the largest product: a GPU needs 16384 to run near its peak (4096 takes a fraction of a millisecond)

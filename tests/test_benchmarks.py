@@ -141,6 +141,23 @@ def test_speed_a_failing_mode_leaves_the_other_rows(monkeypatch, capsys):
     assert float(rows[0][5]) > 0 and rows[1][5] == what and len(rows[1]) == len(rows[0]) == 16, rows
 
 
+def test_loop_steps_is_the_scripts_eager_loop():
+    """--scan-chunk 0 swaps each script's scan_steps for loop_steps: the same carry and stacked outputs as its eager loop."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import speed
+
+    def step(carry, x):
+        h = carry["h"] * 0.5 + x[0] * x[1]
+        return {"h": h}, {"h": h, "sum": h.sum(-1)}
+
+    xs = (torch.randn(6, 3, 4), torch.randn(6, 3, 4))
+    for m in speed.SCRIPTS.values():
+        expected = m.scan_steps(step, {"h": torch.zeros(3, 4)}, xs)
+        got = speed.loop_steps(step, {"h": torch.zeros(3, 4)}, xs)
+        torch.testing.assert_close(got, expected)
+        assert got[1]["h"].shape == (6, 3, 4) and got[1]["sum"].shape == (6, 3)
+
+
 def test_matmul_peak_grows_until_a_product_takes_long_enough():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import speed

@@ -273,8 +273,8 @@ def test_non_finite_loss_stops_with_a_checkpoint(blow_up):
 
 
 def test_non_finite_checkpoint_is_from_before_the_blow_up(blow_up):
-    """A non-finite loss stops the run with a checkpoint from before the blow-up. With --model-lr 1e30 the first world model update
-    moves every weight by about 1e30; a checkpoint from before it has small weights and no optimiser step."""
+    """A non-finite loss stops the run with a checkpoint from before the blow-up. With --model-lr 1e30 the first world
+    model update moves every weight by about 1e30; a checkpoint from before it has small weights and no optimiser step."""
     cwd, result = blow_up
     checkpoint = torch.load(only_run_dir(cwd) / "checkpoint.pt", weights_only=False)
     assert max(v.abs().max().item() for v in checkpoint["wm"].values() if v.is_floating_point()) < 1e3

@@ -6,7 +6,8 @@ cart to the rail's end no longer sees what it balances. This plays episodes of a
 checkpoint.pt or a --save-model file), or of the zero or random policy, in the script's env, and after every policy
 step counts the cart's and the pole's pixels in a segmentation render of the same camera at the same size: the share
 of policy steps with the cart whole, the cart cut off, the pole out of view, the cart's distance from the middle, and
-the episode's return.
+the episode's return; and two of the task reward's factors (a product of four): how upright the pole is, (1 + cos of
+its angle) / 2, and how large the actions are (the control factor is (4 + tolerance(action)) / 5).
 
     MUJOCO_GL=egl python benchmarks/dmc_cart_view.py --checkpoint runs/cartpole-balance__paper__1__*/checkpoint.pt
     MUJOCO_GL=egl python benchmarks/dmc_cart_view.py --policy random --episodes 20
@@ -59,7 +60,9 @@ def pixels_at(x: float, camera: int = 0) -> tuple:
 
 
 def play(args: CartView) -> tuple:
-    """([(return, cart positions, (cart pixels, pole pixels))] of each episode, one entry per policy step; the camera)."""
+    """([(return, cart positions, (cart pixels, pole pixels), upright, |action|)] of each episode, one entry per policy
+    step, upright = (1 + cos of the pole's angle) / 2 after the step and |action| its mean over the action's entries;
+    the camera)."""
     if args.policy == "agent":
         if not args.checkpoint:
             raise SystemExit("dmc_cart_view.py: error: --policy agent needs --checkpoint PATH (or pick --policy zero/random)")
@@ -86,7 +89,7 @@ def play(args: CartView) -> tuple:
         rng = np.random.default_rng(seed)
         if args.policy == "agent":
             state, action, is_first = wm.rssm.initial(1), torch.zeros(1, env.action_space.shape[0]), torch.ones(1)
-        total, positions, pixels, done = 0.0, [], [], False
+        total, positions, pixels, upright, size, done = 0.0, [], [], [], [], False
         while not done:
             if args.policy == "agent":
                 with torch.no_grad():
@@ -101,7 +104,9 @@ def play(args: CartView) -> tuple:
             total, done = total + float(reward), terminated or truncated
             positions.append(float(physics.named.data.qpos["slider"][0]))
             pixels.append(pixels_of(physics, view))
-        episodes.append((total, np.array(positions), np.array(pixels).reshape(-1, 2)))
+            upright.append((1.0 + float(physics.pole_angle_cosine()[0])) / 2)
+            size.append(float(np.abs(step_action).mean()))
+        episodes.append((total, np.array(positions), np.array(pixels).reshape(-1, 2), np.array(upright), np.array(size)))
     env.close()
     return episodes, view
 
@@ -111,14 +116,14 @@ def main(args: CartView) -> list:
     whole = pixels_at(0.0, camera)[0]
     who = args.checkpoint if args.policy == "agent" else f"the {args.policy} policy on {args.task}"
     print(f"{who}: {args.episodes} episodes; the cart whole is {whole} pixels of 64 x 64 (at the rail's middle)")
-    print("| seed | return | cart whole | cart cut off | pole out of view | mean abs x | max abs x |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for seed, (total, positions, pixels) in enumerate(episodes, 1):
+    print("| seed | return | cart whole | cart cut off | pole out of view | mean abs x | max abs x | upright | abs action |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for seed, (total, positions, pixels, upright, size) in enumerate(episodes, 1):
         cart, pole = pixels[:, 0], pixels[:, 1]
         cut = cart < 0.8 * whole  # off the middle perspective changes the count a little; the frame's edge takes most
         print(
             f"| {seed} | {total:.1f} | {1 - cut.mean():.0%} | {cut.mean():.0%} | {(pole == 0).mean():.0%} | "
-            f"{np.abs(positions).mean():.2f} | {np.abs(positions).max():.2f} |"
+            f"{np.abs(positions).mean():.2f} | {np.abs(positions).max():.2f} | {upright.mean():.2f} | {size.mean():.2f} |"
         )
     return episodes
 

@@ -24,3 +24,12 @@ def test_the_camera_loses_the_pole_before_the_cart():
 def test_agent_policy_needs_a_checkpoint():
     with pytest.raises(SystemExit, match="--policy agent needs --checkpoint"):
         dmc_cart_view.play(dmc_cart_view.CartView(episodes=1))
+
+
+def test_upright_and_action_size_of_the_zero_policy():
+    """The zero action: every |action| is 0; the pole starts near upright and falls, so it is upright on average
+    somewhere between hanging (0) and upright (1), and upright (above 0.95) in the first steps."""
+    (total, positions, pixels, upright, size), = dmc_cart_view.play(dmc_cart_view.CartView(policy="zero", episodes=1))[0]
+    assert len(upright) == len(size) == len(positions) == 500
+    assert (size == 0).all() and upright[:5].min() > 0.95 and 0.05 < upright.mean() < 0.95
+    assert 700 < total < 800  # 748.8 over 20 seeds (docs/results.md)

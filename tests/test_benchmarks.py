@@ -142,7 +142,8 @@ def test_speed_a_failing_mode_leaves_the_other_rows(monkeypatch, capsys):
 
 
 def test_loop_steps_is_the_scripts_eager_loop():
-    """--scan-chunk 0 swaps each script's scan_steps for loop_steps: the same carry and stacked outputs as its eager loop."""
+    """--scan-chunk 0 swaps each script's scan_steps for loop_steps: the recurrence's last carry and every step's outputs,
+    stacked over time, against the recurrence written out (not against scan_steps, which speed.main may have swapped)."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import speed
 
@@ -150,12 +151,15 @@ def test_loop_steps_is_the_scripts_eager_loop():
         h = carry["h"] * 0.5 + x[0] * x[1]
         return {"h": h}, {"h": h, "sum": h.sum(-1)}
 
-    xs = (torch.randn(6, 3, 4), torch.randn(6, 3, 4))
-    for m in speed.SCRIPTS.values():
-        expected = m.scan_steps(step, {"h": torch.zeros(3, 4)}, xs)
-        got = speed.loop_steps(step, {"h": torch.zeros(3, 4)}, xs)
-        torch.testing.assert_close(got, expected)
-        assert got[1]["h"].shape == (6, 3, 4) and got[1]["sum"].shape == (6, 3)
+    a, b = torch.randn(6, 3, 4), torch.randn(6, 3, 4)
+    hs, h = [], torch.zeros(3, 4)
+    for t in range(6):
+        h = h * 0.5 + a[t] * b[t]
+        hs.append(h)
+    carry, ys = speed.loop_steps(step, {"h": torch.zeros(3, 4)}, (a, b))
+    torch.testing.assert_close(carry["h"], hs[-1])
+    torch.testing.assert_close(ys["h"], torch.stack(hs))
+    torch.testing.assert_close(ys["sum"], torch.stack(hs).sum(-1))
 
 
 def test_matmul_peak_grows_until_a_product_takes_long_enough():

@@ -10,6 +10,8 @@
 # PRESET is one of ours, spelled as its `--exp-name` in docs/results.md (docs/parity.md maps every one of our flags to
 # its config key):
 #   cartpole_balance_reduced   dreamer_v2_dmc.py, cartpole-balance from pixels, the reduced model (2.27M parameters)
+#   cartpole_balance_paper     dreamer_v2_dmc.py, cartpole-balance from pixels, the paper's size (15.6M parameters):
+#                              the official dmc_vision config unchanged but for the run length and the evaluations
 #   kfm_v2_reduced             dreamer_v2_atari.py, Atari Kung Fu Master, the reduced model (5.27M parameters), 100k
 #                              frames (our command: docs/parity.md)
 #
@@ -118,6 +120,12 @@ preset_flags() {
                 --reward_head.layers 2 --reward_head.units 200 --discount_head.layers 2 --discount_head.units 200 \
                 --actor.layers 2 --actor.units 200 --critic.layers 2 --critic.units 200
             ;;
+        cartpole_balance_paper)
+            # dreamer_v2_dmc.py --env-id cartpole-balance --total-timesteps 50000 --eval-every 5000 --eval-episodes 5
+            #   (the script's defaults are the paper's size: CNN depth 48, heads 4 x 400, 32 x 32 latents, deter 200)
+            echo --configs dmc_vision --task dmc_cartpole_balance --precision 32 --steps 5e4 \
+                --eval_every 5e3 --eval_eps 5 --log_every 500
+            ;;
         kfm_v2_reduced)
             # dreamer_v2_atari.py --env-id ALE/KungFuMaster-v5 --total-timesteps 25000 --learning-starts 1024
             #   --deter-size 256 --hidden-size 256 --cnn-depth 16 --mlp-units 256 --precision 32 --eval-every 2500
@@ -129,7 +137,7 @@ preset_flags() {
                 --reward_head.units 256 --discount_head.units 256 --actor.units 256 --critic.units 256
             ;;
         *)
-            echo "dreamerv2_official.sh: unknown preset '$1'; use cartpole_balance_reduced or kfm_v2_reduced" >&2
+            echo "dreamerv2_official.sh: unknown preset '$1'; use cartpole_balance_reduced, cartpole_balance_paper or kfm_v2_reduced" >&2
             exit 2
             ;;
     esac

@@ -160,7 +160,10 @@ def read_run(run_dir: str, tags: tuple = ()) -> dict:
 def read_official_run(run_dir: str) -> dict:
     """{'train': (frames, returns), 'eval': (frames, returns), 'metrics': {key: (frames, values)}, 'seed': 'seed N'} of
     one logdir of the official code, from its metrics.jsonl (`step` is in env frames; a line may hold any subset of the
-    keys). A line that does not parse (the last one, while the run is writing it) is skipped."""
+    keys). A line that does not parse (the last one, while the run is writing it) is skipped.
+    Evaluations as ours log them: its train.py plays one episode of the random prefill policy through the evaluation
+    driver before it pretrains (logged as the run's first eval_return when config.yaml has a prefill), which is left
+    out, and the episodes of one evaluation (`eval_eps` of them, logged at the same step) are averaged."""
     columns = {}
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         for line in f:
@@ -174,9 +177,16 @@ def read_official_run(run_dir: str) -> dict:
     series = {k: tuple(np.array(c, float).T) for k, c in columns.items()}
     empty = (np.zeros(0), np.zeros(0))
     run = {"train": series.pop("train_return", empty), "eval": series.pop("eval_return", empty), "metrics": series}
-    config = os.path.join(run_dir, "config.yaml")  # the seed it was started with (danijar's train.py writes it there)
-    match = re.search(r"^seed: (\S+)$", open(config).read(), re.M) if os.path.isfile(config) else None
+    config = os.path.join(run_dir, "config.yaml")  # its settings and seed (danijar's train.py writes it there)
+    config = open(config).read() if os.path.isfile(config) else ""
+    match = re.search(r"^seed: (\S+)$", config, re.M)
     run["seed"] = f"seed {match[1]}" if match else os.path.basename(os.path.normpath(run_dir))
+    prefill = re.search(r"^prefill: (\S+)$", config, re.M)
+    steps, returns = run["eval"]
+    if prefill and float(prefill[1]) > 0 and len(steps):
+        steps, returns = steps[1:], returns[1:]  # the random policy's episode
+    at = np.unique(steps)
+    run["eval"] = (at, np.array([returns[steps == x].mean() for x in at]))
     return run
 
 

@@ -144,12 +144,12 @@ OFFICIAL_LINES = [
 ]
 
 
-def write_official_run(run_dir: Path, seed: int, lines: list, partial: str = ""):
+def write_official_run(run_dir: Path, seed: int, lines: list, partial: str = "", prefill: int = 1000):
     """A logdir of the official code: config.yaml (the seed) and metrics.jsonl, with an unfinished last line if given."""
     import json
 
     run_dir.mkdir(parents=True)
-    (run_dir / "config.yaml").write_text(f"action_repeat: 2\nseed: {seed}\nsteps: 50000.0\n")
+    (run_dir / "config.yaml").write_text(f"action_repeat: 2\nprefill: {prefill}\nseed: {seed}\nsteps: 50000.0\n")
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines) + partial)
 
 
@@ -173,10 +173,24 @@ def test_read_official_run(tmp_path: Path):
     run = plot_curves.read_official_run(str(tmp_path / "official" / "run_1"))
     assert run["seed"] == "seed 1"
     assert run["train"][0].tolist() == [1000, 2000, 3000, 4000] and run["train"][1].tolist() == [380.9, 297.0, 500.0, 700.0]
-    assert run["eval"][0].tolist() == [2000, 2000, 4000] and run["eval"][1].tolist() == [341.4, 240.5, 800.0]
+    # the random prefill policy's episode (the first evaluation) is left out
+    assert run["eval"][0].tolist() == [2000, 4000] and run["eval"][1].tolist() == [240.5, 800.0]
     assert run["metrics"]["kl_loss"][0].tolist() == [2002, 3002, 4000]
     assert run["metrics"]["kl_loss"][1].tolist() == [1.0, 3.0, 5.0]
     assert "train_return" not in run["metrics"] and "eval_return" not in run["metrics"]
+
+
+def test_read_official_run_averages_the_episodes_of_one_evaluation(tmp_path: Path):
+    """eval_eps 3: the three episodes logged at one step are one evaluation, their mean (as ours log it); the random
+    prefill policy's episode before them is left out, and kept where the run had no prefill (then there is none)."""
+    lines = OFFICIAL_LINES[:3] + [{"step": 2000, "eval_return": r} for r in (100.0, 200.0, 600.0)]
+    lines += [{"step": 12000, "eval_return": r} for r in (400.0, 500.0, 900.0)]
+    write_official_run(tmp_path / "a", 1, lines)
+    run = plot_curves.read_official_run(str(tmp_path / "a"))
+    assert run["eval"][0].tolist() == [2000, 12000] and run["eval"][1].tolist() == [300.0, 600.0]
+    write_official_run(tmp_path / "b", 1, lines[3:], prefill=0)
+    run = plot_curves.read_official_run(str(tmp_path / "b"))
+    assert run["eval"][0].tolist() == [2000, 12000] and run["eval"][1].tolist() == [300.0, 600.0]
 
 
 def test_official_runs_beside_ours_per_seed_with_table_rows(tmp_path: Path, capsys):

@@ -24,6 +24,9 @@
 # of our side (ale-py 0.8.1 ships none). The run is CPU-only, one thread, fp32 (`--precision 32`: its float16 needs a
 # GPU). It resumes from LOGDIR when LOGDIR holds a run already (variables.pkl and the episodes it wrote); its curve is
 # LOGDIR/metrics.jsonl, read by benchmarks/plot_curves.py --official-run "LABEL=GLOB".
+# TensorFlow uses its oneDNN kernels by default only on CPUs with AVX512-VNNI, AVX512-BF16 or AMX; elsewhere its own
+# kernels are much slower here (the paper-size step on a Zen 3 EPYC, one thread: 30.3 s without, 12.9 s with), so
+# run, time and eval turn them on everywhere (TF_ENABLE_ONEDNN_OPTS=1 unless set), as on the CPUs that have them.
 set -euo pipefail
 
 COMMIT=07d906e
@@ -154,6 +157,7 @@ case "${1:-}" in
         [ -x "$VENV/bin/python" ] || { echo "dreamerv2_official.sh: run '$0 setup' first" >&2; exit 2; }
         flags=$(preset_flags "$preset")
         export MUJOCO_GL="${MUJOCO_GL:-egl}" OMP_NUM_THREADS=1 TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1
+        export TF_ENABLE_ONEDNN_OPTS="${TF_ENABLE_ONEDNN_OPTS:-1}"  # see the top of this file
         # shellcheck disable=SC2086  # the preset's flags are words
         exec "$VENV/bin/python" "$SRC/dreamerv2/train.py" --logdir "$logdir" --seed "$seed" $flags "$@"
         ;;
@@ -167,6 +171,7 @@ case "${1:-}" in
         flags=$(preset_flags "$preset")
         export MUJOCO_GL="${MUJOCO_GL:-egl}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
         export TF_NUM_INTRAOP_THREADS="${TF_NUM_INTRAOP_THREADS:-$OMP_NUM_THREADS}" TF_NUM_INTEROP_THREADS=1
+        export TF_ENABLE_ONEDNN_OPTS="${TF_ENABLE_ONEDNN_OPTS:-1}"
         # shellcheck disable=SC2086  # the preset's flags are words
         exec "$VENV/bin/python" "$(dirname "$0")/official_agent.py" "$mode" --src "$SRC/dreamerv2" --run "$logdir" \
             $flags "$@"

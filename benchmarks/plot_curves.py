@@ -177,8 +177,8 @@ def read_official_run(run_dir: str) -> dict:
     series = {k: tuple(np.array(c, float).T) for k, c in columns.items()}
     empty = (np.zeros(0), np.zeros(0))
     run = {"train": series.pop("train_return", empty), "eval": series.pop("eval_return", empty), "metrics": series}
-    config = os.path.join(run_dir, "config.yaml")  # its settings and seed (danijar's train.py writes it there)
-    config = open(config).read() if os.path.isfile(config) else ""
+    config_path = os.path.join(run_dir, "config.yaml")  # its settings and seed (danijar's train.py writes it there)
+    config = open(config_path).read() if os.path.isfile(config_path) else ""
     match = re.search(r"^seed: (\S+)$", config, re.M)
     run["seed"] = f"seed {match[1]}" if match else os.path.basename(os.path.normpath(run_dir))
     prefill = re.search(r"^prefill: (\S+)$", config, re.M)

@@ -60,6 +60,47 @@ setup() {
     # also saves them at every log (log_every policy steps), after the log is written.
     sed -i "s/^      logger.write(fps=True)$/      logger.write(fps=True)\n      agnt.save(logdir \/ 'variables.pkl')  # parity: resumable at every log/" \
         "$SRC/dreamerv2/train.py"
+    # Its save holds the weights only, so every resume restarted Adam from zero moments, where ours resumes them.
+    # variables.pkl now holds, after the weights' pickle (which is all its own load reads), a second pickle with each
+    # optimizer's variables (step count and moments) by optimizer name; load restores them where they are present and
+    # match in name and shape (train.py loads after one training step has built them), and says so either way.
+    "$PYTHON" - "$SRC/dreamerv2/common/tfutils.py" <<'PY'
+import sys
+path = sys.argv[1]
+text = open(path).read()
+save_old = "      pickle.dump(values, f)\n"
+save_new = save_old + "      pickle.dump(_optimizer_state(self), f)  # parity: the optimizers' moments\n"
+load_old = "      values = pickle.load(f)\n"
+load_new = load_old + "      try:  # parity: the optimizers' moments, where the file has them\n" \
+    "        optimizers = pickle.load(f)\n      except EOFError:\n        optimizers = None\n"
+assign = "    tf.nest.map_structure(lambda x, y: x.assign(y), self.variables, values)\n"
+assign_new = assign + "    _load_optimizer_state(self, optimizers)  # parity\n"
+helpers = '''
+
+def _optimizer_state(module):  # parity: each optimizer's variables by its name
+  return {m._name: [(v.name, v.numpy()) for v in m.variables]
+          for m in module.submodules if isinstance(m, Optimizer)}
+
+
+def _load_optimizer_state(module, saved):  # parity
+  if saved is None:
+    print('No optimizer state in the checkpoint: the optimizers start from zero moments.')
+    return
+  current = {m._name: m for m in module.submodules if isinstance(m, Optimizer)}
+  for name, entries in saved.items():
+    variables = current[name].variables
+    if [(v.name, tuple(v.shape)) for v in variables] != [(n, x.shape) for n, x in entries]:
+      raise ValueError(f'the {name} optimizer state in the checkpoint does not match this agent')
+    for v, (_, x) in zip(variables, entries):
+      v.assign(x)
+  count = sum(len(entries) for entries in saved.values())
+  print(f'Load optimizer state with {count} tensors ({", ".join(saved)}).')
+'''
+for old, new in ((save_old, save_new), (load_old, load_new), (assign, assign_new)):
+    assert text.count(old) == 1, old
+    text = text.replace(old, new)
+open(path, "w").write(text + helpers)
+PY
     # Atari (class Atari only): gym 0.26 has no gym.envs.atari; ale-py 0.8.1's AtariEnv is the same env on the newer
     # ALE (same arguments: frameskip 1 inside gym's AtariPreprocessing, sticky actions 0.25, minimal action set), except
     # that its RGB screen is spelled 'rgb' (atari-py's 'image') and its RAM is read from its ALE (no _get_ram); gym

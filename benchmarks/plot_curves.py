@@ -313,7 +313,7 @@ def metric_table_and_figure(args: Plot, pairs: list, groups: list, official_runs
     fig.tight_layout(rect=(0, 0.04 + 0.025 * ((len(labels) + 1) // 2), 1, 1))
     out = args.metric_out or os.path.splitext(args.out)[0] + "_metrics.png"
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    fig.savefig(out)
+    fig.savefig(out, bbox_inches="tight")  # the whole legend, however long its labels
     print(f"wrote {out}")
     header = ["", "| frames | metric (ours / theirs) | run | mean over the window before |", "|---|---|---|---|"]
     return header + [row for key in sorted(rows) for row in rows[key]] if rows else []
@@ -450,10 +450,11 @@ def main(args: Plot):
     if args.ylim:
         ax.set_ylim(*args.ylim)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+    legend = ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+    legend.set_in_layout(False)  # the axes keep their size however many labels: the saved PNG grows to hold them
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    fig.savefig(args.out)
+    fig.savefig(args.out, bbox_inches="tight", bbox_extra_artists=[legend])  # the whole legend, however long its labels
     if pairs:
         rows += metric_table_and_figure(args, pairs, groups, official_runs, window, args.title or ", ".join(labels))
     print("\n".join(rows))

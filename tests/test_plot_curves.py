@@ -53,6 +53,17 @@ def test_table_and_png(tmp_path: Path, capsys):
     assert out.stat().st_size > 10_000
 
 
+def test_long_legend_labels_are_not_cut_off(tmp_path: Path):
+    """The legend sits below the axes, two columns wide: labels wider than the figure widen the PNG, not cut."""
+    write_run(tmp_path / "runs" / "a__1", [(s, 1.0) for s in range(10, 410, 10)], [(400, 1.0)])
+    widths = []
+    for label in ("A", "a group label long enough to run past the edge of a 7-inch figure " * 2):
+        out = tmp_path / f"curves{len(widths)}.png"
+        plot_curves.main(plot_curves.Plot(group=[f"{label}={tmp_path}/runs/a__*"], out=str(out), window=100))
+        widths.append(int.from_bytes(out.read_bytes()[16:20], "big"))  # the PNG header's IHDR width
+    assert widths[1] > 1.5 * widths[0], widths
+
+
 def test_group_without_runs(tmp_path: Path):
     with pytest.raises(SystemExit, match="matches no run directory"):
         plot_curves.main(plot_curves.Plot(group=[f"A={tmp_path}/nothing*"], out=str(tmp_path / "x.png")))
